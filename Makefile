@@ -1,0 +1,41 @@
+# The kit's commands. Everything runs inside .venv, made once from any Python >= 3.11.
+#   make lab    open the course in JupyterLab        make test   run every test
+#   make bench  run the speed comparisons             make lint   ruff check + format check
+
+VENV := .venv
+BIN := $(VENV)/bin
+# The first Python >= 3.11 on PATH (override with: make test PYTHON=/path/to/python3.12).
+PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+	2>/dev/null && { echo $$p; break; }; done)
+
+.PHONY: lab test bench lint format clean
+
+$(BIN)/python:
+	@test -n "$(PYTHON)" || { echo "error: the kit needs Python 3.11 or newer on PATH" \
+		"(or PYTHON=/path/to/python3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# One stamp per extra: installed once, again only when pyproject.toml changes.
+$(VENV)/.installed-%: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[$*]"
+	@touch $@
+
+lab: $(VENV)/.installed-course
+	$(BIN)/jupyter lab
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.installed-bench
+	$(BIN)/python benchmarks/bench_engine.py
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check autodiff tests benchmarks
+	$(BIN)/ruff format --check autodiff tests benchmarks
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff format autodiff tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

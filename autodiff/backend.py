@@ -1,0 +1,135 @@
+"""Where arrays live: the one module that imports NumPy (and, if asked, CuPy).
+
+Ops never write ``numpy.`` or ``cupy.``: they ask for the *array namespace* of their
+inputs (``xp = namespace(x)``) and call functions that exist in both (``xp.exp``,
+``xp.sum``, ...). That is how one op class runs on the CPU and on the GPU through a
+single code path.
+
+Python numbers are kept as Python numbers inside graphs. NumPy (since NEP 50) treats
+them as "weak" scalars: ``float32_array * 2.0`` stays float32, where a 0-d float64
+array would upcast it. That is why ``2 * x`` never changes the dtype of ``x``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+Array = Any  # a numpy.ndarray or a cupy.ndarray
+DEVICES = ("cpu", "gpu")
+_DEVICE_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}
+_cupy = None
+
+
+def _import_cupy():
+    """Import CuPy on first use, so that ``import autodiff`` never needs it."""
+    global _cupy
+    if _cupy is None:
+        try:
+            _cupy = importlib.import_module("cupy")
+        except ImportError as exc:
+            raise RuntimeError(
+                "The 'gpu' device needs CuPy, which is not installed. "
+                "Install it with: pip install -e '.[gpu]' (on a machine with CUDA 12)."
+            ) from exc
+    return _cupy
+
+
+def is_weak_scalar(x: Any) -> bool:
+    """True for Python numbers, which NumPy treats as dtype-less ("weak")."""
+    return type(x) in (int, float, bool)
+
+
+def namespace(*arrays: Any):
+    """The array module (numpy or cupy) that the given arrays belong to.
+
+    >>> namespace(np.ones(3)).__name__
+    'numpy'
+    """
+    for x in arrays:
+        if type(x).__module__.startswith("cupy"):
+            return _import_cupy()
+    return np
+
+
+def normalize_device(device: str | None) -> str:
+    """'cpu', 'gpu' (alias 'cuda'); raises for anything else."""
+    if device is None:
+        return "cpu"
+    key = str(device).lower()
+    if key not in _DEVICE_ALIASES:
+        raise ValueError(f"Unknown device {device!r}: use 'cpu' or 'gpu' (alias 'cuda').")
+    return _DEVICE_ALIASES[key]
+
+
+def device_of(x: Any) -> str:
+    """'gpu' for a CuPy array, 'cpu' for anything else."""
+    return "gpu" if type(x).__module__.startswith("cupy") else "cpu"
+
+
+def available_devices() -> list[str]:
+    """The devices this machine can run on: always 'cpu', plus 'gpu' with CuPy and a GPU."""
+    devices = ["cpu"]
+    try:
+        cupy = _import_cupy()
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            devices.append("gpu")
+    except Exception:  # no CuPy, no driver, no device: all mean "no gpu"
+        pass
+    return devices
+
+
+def asarray(data: Any, dtype: Any = None, device: str | None = None, copy: bool = False) -> Array:
+    """An array on ``device`` (default: where ``data`` already is, else the CPU).
+
+    ``copy=True`` always makes a new array, so later changes to ``data`` do not leak in.
+    """
+    target = normalize_device(device) if device is not None else device_of(data)
+    if target == "gpu":
+        cupy = _import_cupy()
+        return cupy.array(data, dtype=dtype) if copy else cupy.asarray(data, dtype=dtype)
+    if device_of(data) == "gpu":
+        data = data.get()
+    return np.array(data, dtype=dtype) if copy else np.asarray(data, dtype=dtype)
+
+
+def to_device(x: Array, device: str) -> Array:
+    """Copy an array to 'cpu' or 'gpu' (no copy if it is already there)."""
+    return asarray(x, device=device)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A NumPy array with the same values (copied off the GPU if needed)."""
+    return asarray(x, device="cpu")
+
+
+def dtype_of(x: Any):
+    """The dtype of an array, or None for a weak Python number."""
+    return None if is_weak_scalar(x) else getattr(x, "dtype", None)
+
+
+def is_floating(dtype: Any) -> bool:
+    """True for float16/32/64 and complex dtypes (the ones derivatives make sense for)."""
+    return dtype is None or np.dtype(dtype).kind in "fc"
+
+
+def result_dtype(*dtypes: Any):
+    """The dtype NumPy would give when combining arrays of these dtypes."""
+    return np.result_type(*[d for d in dtypes if d is not None])
+
+
+def random_normal(shape: tuple[int, ...], dtype: Any, device: str, seed: int) -> Array:
+    """Standard normal samples, reproducible from ``seed``, on ``device``."""
+    values = np.random.default_rng(seed).standard_normal(shape)
+    return asarray(values.astype(dtype), device=device)
+
+
+def float_dtype(name: str):
+    """The dtype object for a name such as 'float32'."""
+    return np.dtype(name)
+
+
+def inf() -> float:
+    return float(np.inf)

@@ -1,0 +1,527 @@
+"""Computation graphs: nodes, ops, and running them.
+
+A program is a graph. Each ``Node`` is the output of one ``Op`` applied to input
+nodes; leaves are placeholders (``Variable``), tensors with a value (``tensor``) and
+constants. The same nodes serve two styles of programming:
+
+* imperative (define-by-run, like PyTorch): when every input of a new node has a
+  value, the node computes its value at once;
+* symbolic (define-then-run, like TensorFlow 1): when some input has no value yet, the
+  node waits until an ``Executor`` runs the graph with a ``feed_dict``.
+
+Gradients are built as more nodes (see ``gradients.py``), so everything here works on
+them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+from . import backend
+
+
+class ShapeError(ValueError):
+    """Inputs whose shapes do not fit together (the message names the op and the shapes)."""
+
+
+class DTypeError(TypeError):
+    """An input whose dtype the op cannot take (the message names the op and the dtype)."""
+
+
+# Switched off while gradients() builds a gradient graph, so that gradient nodes are
+# evaluated afterwards, only if they are needed (see gradients.py).
+_eager = True
+
+
+@contextmanager
+def deferred():
+    """Build nodes without computing them, even when their inputs have values.
+
+    >>> x = tensor(2.0)
+    >>> with deferred():
+    ...     y = x * 3
+    >>> y.value is None
+    True
+    """
+    global _eager
+    previous, _eager = _eager, False
+    try:
+        yield
+    finally:
+        _eager = previous
+
+
+def describe(value: Any) -> str:
+    """A short description of an input for error messages: 'float32[2, 3] on cpu'."""
+    if value is None:
+        return "no value"
+    if backend.is_weak_scalar(value):
+        return f"Python {type(value).__name__} {value!r}"
+    shape = ", ".join(str(d) for d in getattr(value, "shape", ()))
+    return f"{value.dtype}[{shape}] on {backend.device_of(value)}"
+
+
+class Node:
+    """One value in a computation graph: the output of ``op`` applied to ``inputs``.
+
+    Attributes: ``op``, ``inputs`` (tuple of Nodes), ``attrs`` (the op's constants, such
+    as ``axis``), ``name``, and ``value`` (an array, a Python number for constants
+    written as numbers, or ``None`` while the node is symbolic).
+    """
+
+    __slots__ = ("op", "inputs", "attrs", "name", "value", "__weakref__")
+    # Make ``numpy_array * node`` call ``node.__rmul__`` instead of looping over the array.
+    __array_ufunc__ = None
+
+    def __init__(self, op: Op, inputs: tuple = (), attrs: dict | None = None, name=None):
+        self.op = op
+        self.inputs = inputs
+        self.attrs = attrs if attrs is not None else {}
+        self.name = name if name is not None else op.name
+        self.value = None
+
+    # Shape, dtype and device come from the value; a placeholder knows its declared ones.
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        if self.value is not None:
+            return () if backend.is_weak_scalar(self.value) else tuple(self.value.shape)
+        return self.attrs.get("shape") if self.op.is_leaf else None
+
+    @property
+    def dtype(self):
+        if self.value is not None:
+            return backend.dtype_of(self.value)
+        return self.attrs.get("dtype") if self.op.is_leaf else None
+
+    @property
+    def device(self) -> str | None:
+        return None if self.value is None else backend.device_of(self.value)
+
+    @property
+    def ndim(self) -> int | None:
+        shape = self.shape
+        return None if shape is None else len(shape)
+
+    def numpy(self):
+        """The value as a NumPy array (copied from the GPU if needed)."""
+        if self.value is None:
+            raise ValueError(f"Node '{self.name}' is symbolic: use ad.evaluate(node, feed_dict).")
+        return backend.to_numpy(self.value)
+
+    def __repr__(self) -> str:
+        parts = [f"{self.op.name}", f"name={self.name!r}"]
+        if self.shape is not None:
+            parts.append(f"shape={self.shape}")
+        if self.dtype is not None:
+            parts.append(f"dtype={self.dtype}")
+        if self.value is None:
+            parts.append("symbolic")
+        return f"Node({', '.join(parts)})"
+
+    # Operators: Python numbers mix freely (2 * x, x + 1, 1 / x, x ** 3).
+    def __add__(self, other):
+        return ops.add(self, other)
+
+    def __radd__(self, other):
+        return ops.add(other, self)
+
+    def __sub__(self, other):
+        return ops.subtract(self, other)
+
+    def __rsub__(self, other):
+        return ops.subtract(other, self)
+
+    def __mul__(self, other):
+        return ops.multiply(self, other)
+
+    def __rmul__(self, other):
+        return ops.multiply(other, self)
+
+    def __truediv__(self, other):
+        return ops.divide(self, other)
+
+    def __rtruediv__(self, other):
+        return ops.divide(other, self)
+
+    def __pow__(self, other):
+        return ops.power(self, other)
+
+    def __rpow__(self, other):
+        return ops.power(other, self)
+
+    def __matmul__(self, other):
+        return ops.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return ops.matmul(other, self)
+
+    def __neg__(self):
+        return ops.negative(self)
+
+    def __pos__(self):
+        return self
+
+    # Methods named as in NumPy.
+    def sum(self, axis=None, keepdims: bool = False) -> Node:
+        return ops.sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims: bool = False) -> Node:
+        return ops.mean(self, axis=axis, keepdims=keepdims)
+
+    def reshape(self, *shape) -> Node:
+        return ops.reshape(self, shape[0] if len(shape) == 1 else shape)
+
+    def transpose(self, *axes) -> Node:
+        return ops.transpose(self, axes if axes else None)
+
+    @property
+    def T(self) -> Node:
+        return ops.transpose(self)
+
+
+class Op:
+    """An operation: how to compute its output, and how to differentiate it.
+
+    Subclasses define
+
+    * ``compute(*input_vals, **attrs)``: the forward computation on arrays;
+    * ``gradient(node, output_grad)``: the vector-Jacobian product, one Node (or None
+      for "no gradient") per input, *written with library ops*, so that gradient
+      graphs can be drawn and differentiated again;
+    * ``jvp(node, *input_tangents)``: the tangent of the output (forward mode), also
+      written with ops; ``None`` means a zero tangent.
+
+    Defining a subclass registers it in ``Op.registry``, which the test suite loops
+    over: an op without a passing gradient check fails CI.
+    """
+
+    registry: ClassVar[dict[str, type[Op]]] = {}
+    name: ClassVar[str] = "op"
+    is_leaf: ClassVar[bool] = False
+    # True for ops that broadcast their inputs (add, mul, matmul's batch axes...): the
+    # engine then sums each input's gradient back to that input's shape.
+    broadcasts: ClassVar[bool] = False
+    # Positions of inputs that are never differentiated (labels, "like" inputs that
+    # only lend a shape); they may have any dtype.
+    nondiff_inputs: ClassVar[tuple[int, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__.lower()
+        Op.registry[cls.name] = cls
+        cls._instance = cls()
+
+    @classmethod
+    def apply(cls, *inputs, **attrs) -> Node:
+        """Make a node of this op; compute it now if every input has a value."""
+        op = cls._instance
+        nodes = tuple(x if isinstance(x, Node) else as_node(x) for x in inputs)
+        node = Node(op, nodes, attrs)
+        if _eager:
+            input_vals = []
+            for x in nodes:
+                if x.value is None:
+                    return node
+                input_vals.append(x.value)
+            node.value = op.run(input_vals, attrs)
+        return node
+
+    def run(self, input_vals: Sequence[Any], attrs: dict) -> Any:
+        """``compute`` with the checks that turn NumPy errors into readable ones."""
+        for i, value in enumerate(input_vals):
+            dtype = getattr(value, "dtype", None)
+            if dtype is not None and dtype.kind not in "fc" and i not in self.nondiff_inputs:
+                raise DTypeError(
+                    f"{self.name}: input {i} has dtype {dtype}, but {self.name} is "
+                    f"differentiable and needs floating-point inputs. Convert it "
+                    f"explicitly, e.g. ad.tensor(data, dtype='float64') or 'float32'."
+                )
+        try:
+            return self.compute(*input_vals, **attrs)
+        except (ShapeError, DTypeError):
+            raise
+        except Exception as exc:
+            raise self.explain(exc, input_vals, attrs) from exc
+
+    def explain(self, exc: Exception, input_vals: Sequence[Any], attrs: dict) -> Exception:
+        """Turn an error from ``compute`` into one that names the op and its inputs."""
+        inputs = ", ".join(describe(v) for v in input_vals)
+        settings = f" with {attrs}" if attrs else ""
+        if "broadcast" in str(exc):
+            shapes = " and ".join(str(tuple(getattr(v, "shape", ()))) for v in input_vals)
+            return ShapeError(
+                f"{self.name}: cannot broadcast shapes {shapes}. Broadcasting lines up "
+                f"trailing dimensions, which must be equal or 1; reshape or transpose one "
+                f"input (inputs: {inputs})."
+            )
+        return type(exc)(f"{self.name} failed on inputs {inputs}{settings}: {exc}")
+
+    def compute(self, *input_vals, **attrs):
+        raise NotImplementedError(f"{type(self).__name__}.compute")
+
+    def gradient(self, node: Node, output_grad: Node) -> list[Node | None]:
+        raise NotImplementedError(f"{type(self).__name__}.gradient")
+
+    def jvp(self, node: Node, *input_tangents: Node) -> Node | None:
+        raise NotImplementedError(f"{type(self).__name__}.jvp")
+
+    def unbroadcast_needed(self, node: Node, index: int) -> bool:
+        """Whether the gradient for input ``index`` may be bigger than that input.
+
+        For elementwise ops the gradient has the output's shape; when shapes are not
+        known yet (symbolic graphs) the engine has to assume it may differ.
+        """
+        shape, input_shape = node.shape, node.inputs[index].shape
+        return shape is None or input_shape is None or shape != input_shape
+
+    def __repr__(self) -> str:
+        return f"<op {self.name}>"
+
+
+# Leaves ---------------------------------------------------------------------------------
+
+
+class Placeholder(Op):
+    """A named input without a value, filled by ``feed_dict`` when the graph runs."""
+
+    name = "placeholder"
+    is_leaf = True
+
+
+class TensorLeaf(Op):
+    """A leaf that holds a value; gradients can be taken with respect to it."""
+
+    name = "tensor"
+    is_leaf = True
+
+
+class Constant(Op):
+    """A leaf that holds a value and is never differentiated."""
+
+    name = "constant"
+    is_leaf = True
+
+
+def Variable(name: str, shape: Sequence[int | None] | None = None, dtype=None) -> Node:
+    """A placeholder: a named input whose value comes from the feed (define-then-run).
+
+    ``shape`` may use ``None`` for a dimension of any size (a batch, say).
+
+    >>> x = Variable("x", shape=(None, 3))
+    >>> evaluate(2 * x, {x: [[1.0, 2.0, 3.0]]})
+    array([[2., 4., 6.]])
+    """
+    attrs = {
+        "shape": None if shape is None else tuple(shape),
+        "dtype": None if dtype is None else backend.float_dtype(dtype),
+    }
+    return Node(Placeholder._instance, (), attrs, name)
+
+
+def tensor(data, name: str | None = None, dtype=None, device: str | None = None) -> Node:
+    """A leaf holding a copy of ``data`` (define-by-run): ops on it compute at once.
+
+    >>> x = tensor([1.0, 2.0], name="x", dtype="float32")
+    >>> (x * 3).value
+    array([3., 6.], dtype=float32)
+    """
+    node = Node(TensorLeaf._instance, (), {}, name or "tensor")
+    node.value = backend.asarray(data, dtype=dtype, device=device, copy=True)
+    return node
+
+
+def constant(data, name: str | None = None, dtype=None, device: str | None = None) -> Node:
+    """A leaf that is never differentiated. Python numbers stay dtype-less ("weak")."""
+    node = Node(Constant._instance, (), {}, name or "constant")
+    if backend.is_weak_scalar(data) and dtype is None and device is None:
+        node.value = data
+        node.name = name or repr(data)
+    else:
+        node.value = backend.asarray(data, dtype=dtype, device=device)
+    return node
+
+
+def as_node(x) -> Node:
+    """``x`` itself if it is a Node, else a constant holding it."""
+    return x if isinstance(x, Node) else constant(x)
+
+
+# Running graphs --------------------------------------------------------------------------
+
+
+def find_topo_sort(nodes: Iterable[Node], descend: Callable[[Node], bool] | None = None):
+    """All nodes that ``nodes`` depend on, each once, every node after its inputs.
+
+    Iterative depth-first search (an explicit stack), so a chain of 100,000 ops does not
+    hit Python's recursion limit. A node reused many times is still visited once.
+    ``descend(node) -> False`` treats a node as a leaf (its inputs are not visited).
+
+    >>> x = tensor(1.0, name="x")
+    >>> [n.name for n in find_topo_sort([x * x + x])]
+    ['x', 'multiply', 'add']
+    """
+    topo_order: list[Node] = []
+    visited: set[Node] = set()
+    for root in nodes:
+        if root in visited:
+            continue
+        visited.add(root)
+        stack = [(root, iter(root.inputs if descend is None or descend(root) else ()))]
+        while stack:
+            node, inputs = stack[-1]
+            for child in inputs:
+                if child not in visited:
+                    visited.add(child)
+                    grandchildren = child.inputs if descend is None or descend(child) else ()
+                    stack.append((child, iter(grandchildren)))
+                    break
+            else:
+                stack.pop()
+                topo_order.append(node)
+    return topo_order
+
+
+def _last_uses(topo_order: Sequence[Node], keep: set[Node]) -> list[list[Node]]:
+    """For each step, the nodes whose value is not needed after it (so it can be freed)."""
+    last_step: dict[Node, int] = {}
+    for step, node in enumerate(topo_order):
+        for x in node.inputs:
+            last_step[x] = step
+    release: list[list[Node]] = [[] for _ in topo_order]
+    for x, step in last_step.items():
+        if x not in keep:
+            release[step].append(x)
+    return release
+
+
+def _execute(topo_order, values: dict, release) -> dict:
+    """Compute every node of ``topo_order`` missing from ``values``, freeing as we go."""
+    for step, node in enumerate(topo_order):
+        if node not in values:
+            if node.op.is_leaf:
+                values[node] = _leaf_value(node, topo_order)
+            else:
+                input_vals = [values[x] for x in node.inputs]
+                values[node] = node.op.run(input_vals, node.attrs)
+        for x in release[step]:
+            values.pop(x, None)
+    return values
+
+
+def _leaf_value(node: Node, topo_order) -> Any:
+    if node.value is None:
+        names = sorted({n.name for n in topo_order if n.op is Placeholder._instance})
+        raise ValueError(
+            f"Placeholder '{node.name}' has no value. Put it in the feed: "
+            f"ad.evaluate(output, {{{node.name}: array}}) or "
+            f"Executor(outputs).run({{{node.name}: array}}). Placeholders here: {names}."
+        )
+    return node.value
+
+
+class Executor:
+    """Runs a graph: ``Executor(nodes).run(feed_dict) -> list of arrays``.
+
+    Nodes are evaluated in topological order; an intermediate value is freed as soon as
+    its last consumer has run. ``feed_dict`` maps nodes (or their names) to arrays and may
+    override any leaf: this is how one graph is run on many inputs.
+
+    >>> x = Variable("x")
+    >>> Executor([x * x, x + 1]).run({x: 3.0})
+    [array(9.), array(4.)]
+    """
+
+    def __init__(self, nodes: Node | Sequence[Node]):
+        self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
+        for node in self.nodes:
+            if not isinstance(node, Node):
+                raise TypeError(f"Executor takes Nodes, got {type(node).__name__}: {node!r}")
+        self.topo_order = find_topo_sort(self.nodes)
+        self._release = _last_uses(self.topo_order, set(self.nodes))
+
+    def run(self, feed_dict: dict | None = None) -> list:
+        values = self._feed_values(feed_dict or {})
+        topo_order, release = self.topo_order, self._release
+        if any(not node.op.is_leaf for node in values):
+            # A fed intermediate node: its inputs need not (and may not) be computed.
+            topo_order = find_topo_sort(self.nodes, descend=lambda n: n not in values)
+            release = _last_uses(topo_order, set(self.nodes))
+        _execute(topo_order, values, release)
+        return [values[node] for node in self.nodes]
+
+    def _feed_values(self, feed_dict: dict) -> dict:
+        by_name: dict[str, list[Node]] = {}
+        for node in self.topo_order:
+            if node.op.is_leaf:
+                by_name.setdefault(node.name, []).append(node)
+        values = {}
+        for key, data in feed_dict.items():
+            node = self._resolve(key, by_name)
+            values[node] = _check_feed(node, data)
+        return values
+
+    @staticmethod
+    def _resolve(key, by_name: dict[str, list[Node]]) -> Node:
+        if isinstance(key, Node):
+            return key
+        if isinstance(key, str):
+            found = by_name.get(key, [])
+            if len(found) == 1:
+                return found[0]
+            if not found:
+                raise KeyError(f"feed_dict names '{key}', but the graph has no leaf of that "
+                               f"name. Leaves: {sorted(by_name)}.")
+            raise KeyError(f"feed_dict names '{key}', but {len(found)} leaves have that name: "
+                           f"use the node itself as the key.")
+        raise TypeError(f"feed_dict keys must be Nodes or names, got {type(key).__name__}.")
+
+
+def _check_feed(node: Node, data) -> Any:
+    """The array fed for ``node``, in its declared dtype, checked against its shape."""
+    if node.op is not Placeholder._instance:
+        return data if backend.is_weak_scalar(data) else backend.asarray(data)
+    value = backend.asarray(data, dtype=node.attrs.get("dtype"))
+    declared = node.attrs.get("shape")
+    if declared is not None:
+        fits = len(declared) == value.ndim and all(
+            d is None or d == s for d, s in zip(declared, value.shape)
+        )
+        if not fits:
+            raise ShapeError(
+                f"Placeholder '{node.name}' was declared with shape {declared} but was fed "
+                f"an array of shape {tuple(value.shape)}. Feed a matching array, or declare "
+                f"the placeholder with None for dimensions that vary."
+            )
+    return value
+
+
+def evaluate(nodes: Node | Sequence[Node], feed_dict: dict | None = None):
+    """Evaluate one node (returns an array) or several (returns a list).
+
+    >>> x = Variable("x")
+    >>> evaluate(x ** 2, {"x": 4.0})
+    array(16.)
+    """
+    if isinstance(nodes, Node):
+        return Executor([nodes]).run(feed_dict)[0]
+    return Executor(nodes).run(feed_dict)
+
+
+def fill_values(nodes: Sequence[Node]) -> None:
+    """Compute the missing values of ``nodes`` from the values already in the graph.
+
+    Used after building a gradient graph with ``deferred()``: only nodes that the
+    results need are computed, and intermediate values are freed as soon as possible.
+    """
+    topo_order = find_topo_sort(nodes, descend=lambda n: n.value is None)
+    values = {n: n.value for n in topo_order if n.value is not None}
+    release = _last_uses(topo_order, set(nodes))
+    _execute(topo_order, values, release)
+    for node in nodes:
+        node.value = values[node]
+
+
+from . import ops  # noqa: E402  (the operators above call the op functions)

@@ -1,0 +1,73 @@
+"""The primitive ops, by family. Each op's forward, gradient and tangent rule live in one class.
+
+Importing this package fills ``Op.registry`` (every op class registers itself).
+"""
+
+from .elementwise import (
+    add,
+    cos,
+    divide,
+    exp,
+    log,
+    maximum,
+    multiply,
+    negative,
+    ones_like,
+    power,
+    relu,
+    sigmoid,
+    sin,
+    sqrt,
+    step,
+    subtract,
+    tanh,
+    zeros_like,
+)
+from .linalg import matmul
+from .losses import one_hot, softmax_cross_entropy, softmax_cross_entropy_composed
+from .reductions import count, log_softmax, logsumexp, mean, softmax, sum
+from .shape import (
+    broadcast_like,
+    broadcast_to,
+    reshape,
+    reshape_like,
+    sum_to_like,
+    transpose,
+)
+
+__all__ = [
+    "add",
+    "broadcast_like",
+    "broadcast_to",
+    "cos",
+    "count",
+    "divide",
+    "exp",
+    "log",
+    "log_softmax",
+    "logsumexp",
+    "matmul",
+    "maximum",
+    "mean",
+    "multiply",
+    "negative",
+    "one_hot",
+    "ones_like",
+    "power",
+    "relu",
+    "reshape",
+    "reshape_like",
+    "sigmoid",
+    "sin",
+    "softmax",
+    "softmax_cross_entropy",
+    "softmax_cross_entropy_composed",
+    "sqrt",
+    "step",
+    "subtract",
+    "sum",
+    "sum_to_like",
+    "tanh",
+    "transpose",
+    "zeros_like",
+]

@@ -1,0 +1,386 @@
+"""Elementwise ops: the chain rule one number at a time.
+
+Each class holds the forward computation, the gradient rule (vector-Jacobian product,
+``d`` below is the adjoint of a value) and the tangent rule (Jacobian-vector product,
+a dot marks a tangent). Binary ops broadcast like NumPy; the engine sums their
+gradients back to each input's shape, so the rules here never mention broadcasting.
+"""
+
+from __future__ import annotations
+
+from ..backend import is_weak_scalar, namespace
+from ..graph import Node, Op
+
+
+class Add(Op):
+    """Y = A + B;   dA = dY,  dB = dY;   Y' = A' + B'."""
+
+    broadcasts = True
+
+    def compute(self, a, b):
+        return a + b
+
+    def gradient(self, node, output_grad):
+        return [output_grad, output_grad]
+
+    def jvp(self, node, a_dot, b_dot):
+        return a_dot + b_dot
+
+
+class Subtract(Op):
+    """Y = A - B;   dA = dY,  dB = -dY;   Y' = A' - B'."""
+
+    broadcasts = True
+
+    def compute(self, a, b):
+        return a - b
+
+    def gradient(self, node, output_grad):
+        return [output_grad, -output_grad]
+
+    def jvp(self, node, a_dot, b_dot):
+        return a_dot - b_dot
+
+
+class Multiply(Op):
+    """Y = A * B;   dA = dY * B,  dB = dY * A;   Y' = A' * B + A * B'."""
+
+    broadcasts = True
+
+    def compute(self, a, b):
+        return a * b
+
+    def gradient(self, node, output_grad):
+        a, b = node.inputs
+        return [output_grad * b, output_grad * a]
+
+    def jvp(self, node, a_dot, b_dot):
+        a, b = node.inputs
+        return a_dot * b + a * b_dot
+
+
+class Divide(Op):
+    """Y = A / B;   dA = dY / B,  dB = -dY * Y / B;   Y' = (A' - Y * B') / B."""
+
+    broadcasts = True
+
+    def compute(self, a, b):
+        return a / b
+
+    def gradient(self, node, output_grad):
+        a, b = node.inputs
+        return [output_grad / b, -output_grad * node / b]
+
+    def jvp(self, node, a_dot, b_dot):
+        a, b = node.inputs
+        return (a_dot - node * b_dot) / b
+
+
+class Power(Op):
+    """Y = A ** B (B an array, A > 0);   dA = dY * B * A**(B-1),  dB = dY * log(A) * Y."""
+
+    broadcasts = True
+
+    def compute(self, a, b):
+        return a**b
+
+    def gradient(self, node, output_grad):
+        a, b = node.inputs
+        return [output_grad * b * a ** (b - 1), output_grad * log(a) * node]
+
+    def jvp(self, node, a_dot, b_dot):
+        a, b = node.inputs
+        return a_dot * b * a ** (b - 1) + b_dot * log(a) * node
+
+
+class PowerScalar(Op):
+    """Y = X ** p (p a Python number);   dX = dY * p * X**(p-1);   Y' = p * X**(p-1) * X'."""
+
+    name = "power_scalar"
+
+    def compute(self, x, exponent):
+        return x**exponent
+
+    def gradient(self, node, output_grad):
+        (x,) = node.inputs
+        p = node.attrs["exponent"]
+        if p == 0:
+            return [zeros_like(x)]
+        return [output_grad * p * x ** (p - 1)]
+
+    def jvp(self, node, x_dot):
+        (x,) = node.inputs
+        p = node.attrs["exponent"]
+        return None if p == 0 else x_dot * p * x ** (p - 1)
+
+
+class Negative(Op):
+    """Y = -X;   dX = -dY;   Y' = -X'."""
+
+    def compute(self, x):
+        return -x
+
+    def gradient(self, node, output_grad):
+        return [-output_grad]
+
+    def jvp(self, node, x_dot):
+        return -x_dot
+
+
+class Exp(Op):
+    """Y = exp(X);   dX = dY * Y;   Y' = Y * X'."""
+
+    def compute(self, x):
+        return namespace(x).exp(x)
+
+    def gradient(self, node, output_grad):
+        return [output_grad * node]
+
+    def jvp(self, node, x_dot):
+        return x_dot * node
+
+
+class Log(Op):
+    """Y = log(X);   dX = dY / X;   Y' = X' / X."""
+
+    def compute(self, x):
+        return namespace(x).log(x)
+
+    def gradient(self, node, output_grad):
+        return [output_grad / node.inputs[0]]
+
+    def jvp(self, node, x_dot):
+        return x_dot / node.inputs[0]
+
+
+class Sin(Op):
+    """Y = sin(X);   dX = dY * cos(X);   Y' = cos(X) * X'."""
+
+    def compute(self, x):
+        return namespace(x).sin(x)
+
+    def gradient(self, node, output_grad):
+        return [output_grad * cos(node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return x_dot * cos(node.inputs[0])
+
+
+class Cos(Op):
+    """Y = cos(X);   dX = -dY * sin(X);   Y' = -sin(X) * X'."""
+
+    def compute(self, x):
+        return namespace(x).cos(x)
+
+    def gradient(self, node, output_grad):
+        return [-output_grad * sin(node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return -x_dot * sin(node.inputs[0])
+
+
+class Tanh(Op):
+    """Y = tanh(X);   dX = dY * (1 - Y**2);   Y' = (1 - Y**2) * X'."""
+
+    def compute(self, x):
+        return namespace(x).tanh(x)
+
+    def gradient(self, node, output_grad):
+        return [output_grad * (1 - node * node)]
+
+    def jvp(self, node, x_dot):
+        return x_dot * (1 - node * node)
+
+
+class Sigmoid(Op):
+    """Y = 1 / (1 + exp(-X));   dX = dY * Y * (1 - Y);   Y' = Y * (1 - Y) * X'."""
+
+    def compute(self, x):
+        # The tanh form never overflows, for large |x| of either sign.
+        return 0.5 * (namespace(x).tanh(0.5 * x) + 1)
+
+    def gradient(self, node, output_grad):
+        return [output_grad * node * (1 - node)]
+
+    def jvp(self, node, x_dot):
+        return x_dot * node * (1 - node)
+
+
+class Relu(Op):
+    """Y = max(X, 0);   dX = dY * step(X);   Y' = step(X) * X'  (step(0) = 0, as in PyTorch)."""
+
+    def compute(self, x):
+        return namespace(x).maximum(x, 0)
+
+    def gradient(self, node, output_grad):
+        return [output_grad * step(node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return x_dot * step(node.inputs[0])
+
+
+class Sqrt(Op):
+    """Y = sqrt(X);   dX = dY / (2 Y);   Y' = X' / (2 Y)."""
+
+    def compute(self, x):
+        return namespace(x).sqrt(x)
+
+    def gradient(self, node, output_grad):
+        return [output_grad * 0.5 / node]
+
+    def jvp(self, node, x_dot):
+        return x_dot * 0.5 / node
+
+
+class Maximum(Op):
+    """Y = max(A, B);   dA = dY * step(A - B),  dB = dY * step(B - A)  (ties split the gradient)."""
+
+    broadcasts = True
+
+    def compute(self, a, b):
+        return namespace(a, b).maximum(a, b)
+
+    def gradient(self, node, output_grad):
+        a, b = node.inputs
+        return [output_grad * step(a - b, 0.5), output_grad * step(b - a, 0.5)]
+
+    def jvp(self, node, a_dot, b_dot):
+        a, b = node.inputs
+        return a_dot * step(a - b, 0.5) + b_dot * step(b - a, 0.5)
+
+
+class Step(Op):
+    """Y = 1 where X > 0, 0 where X < 0, ``at_zero`` where X = 0;  flat: no gradient."""
+
+    def compute(self, x, at_zero):
+        return namespace(x).heaviside(x, at_zero)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def jvp(self, node, x_dot):
+        return None
+
+
+class OnesLike(Op):
+    """Y = an array of ones with X's shape and dtype; depends on no value of X."""
+
+    name = "ones_like"
+    nondiff_inputs = (0,)
+
+    def compute(self, x):
+        return 1.0 if is_weak_scalar(x) else namespace(x).ones_like(x)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def jvp(self, node, x_dot):
+        return None
+
+
+class ZerosLike(Op):
+    """Y = an array of zeros with X's shape and dtype; depends on no value of X."""
+
+    name = "zeros_like"
+    nondiff_inputs = (0,)
+
+    def compute(self, x):
+        return 0.0 if is_weak_scalar(x) else namespace(x).zeros_like(x)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def jvp(self, node, x_dot):
+        return None
+
+
+def add(a, b) -> Node:
+    """a + b, broadcasting. >>> add(1.0, 2.0).value -> 3.0"""
+    return Add.apply(a, b)
+
+
+def subtract(a, b) -> Node:
+    """a - b, broadcasting."""
+    return Subtract.apply(a, b)
+
+
+def multiply(a, b) -> Node:
+    """a * b, broadcasting."""
+    return Multiply.apply(a, b)
+
+
+def divide(a, b) -> Node:
+    """a / b, broadcasting."""
+    return Divide.apply(a, b)
+
+
+def power(a, b) -> Node:
+    """a ** b. A Python-number exponent (``x ** 3``) uses the simpler rule of PowerScalar."""
+    if is_weak_scalar(b):
+        return PowerScalar.apply(a, exponent=b)
+    return Power.apply(a, b)
+
+
+def negative(x) -> Node:
+    """-x."""
+    return Negative.apply(x)
+
+
+def exp(x) -> Node:
+    """e ** x, elementwise."""
+    return Exp.apply(x)
+
+
+def log(x) -> Node:
+    """Natural logarithm, elementwise."""
+    return Log.apply(x)
+
+
+def sin(x) -> Node:
+    """Sine, elementwise."""
+    return Sin.apply(x)
+
+
+def cos(x) -> Node:
+    """Cosine, elementwise."""
+    return Cos.apply(x)
+
+
+def tanh(x) -> Node:
+    """Hyperbolic tangent, elementwise."""
+    return Tanh.apply(x)
+
+
+def sigmoid(x) -> Node:
+    """The logistic function 1 / (1 + exp(-x)), elementwise."""
+    return Sigmoid.apply(x)
+
+
+def relu(x) -> Node:
+    """max(x, 0), elementwise."""
+    return Relu.apply(x)
+
+
+def sqrt(x) -> Node:
+    """Square root, elementwise."""
+    return Sqrt.apply(x)
+
+
+def maximum(a, b) -> Node:
+    """Elementwise maximum of a and b, broadcasting."""
+    return Maximum.apply(a, b)
+
+
+def step(x, at_zero: float = 0.0) -> Node:
+    """The Heaviside step function: 1 for x > 0, 0 for x < 0, ``at_zero`` at 0."""
+    return Step.apply(x, at_zero=at_zero)
+
+
+def ones_like(x) -> Node:
+    """Ones with the shape and dtype of x."""
+    return OnesLike.apply(x)
+
+
+def zeros_like(x) -> Node:
+    """Zeros with the shape and dtype of x."""
+    return ZerosLike.apply(x)

@@ -1,0 +1,84 @@
+"""Matrix multiplication: the op that dominates the cost of training.
+
+``matmul(A, B, trans_A, trans_B)`` multiplies op(A) @ op(B) where op transposes the last
+two axes when its flag is set, as in BLAS. Leading axes are batch axes and broadcast.
+"""
+
+from __future__ import annotations
+
+from ..graph import Node, Op, ShapeError
+from .shape import shape_of
+
+
+def _matrix_transpose(x):
+    return x.swapaxes(-1, -2)
+
+
+class MatMul(Op):
+    """Y = A @ B;   dA = dY @ B.T,  dB = A.T @ dY;   Y' = A' @ B + A @ B'.
+
+    With the transpose flags the same rules are written without forming any transpose:
+    each case below is the plain rule with the flags pushed through.
+    """
+
+    broadcasts = True
+
+    def compute(self, a, b, trans_A, trans_B):
+        self._check_shapes(a, b, trans_A, trans_B)
+        if trans_A:
+            a = _matrix_transpose(a)
+        if trans_B:
+            b = _matrix_transpose(b)
+        return a @ b
+
+    def gradient(self, node, output_grad):
+        a, b = node.inputs
+        dy = output_grad
+        trans_A, trans_B = node.attrs["trans_A"], node.attrs["trans_B"]
+        if not trans_A and not trans_B:  # Y = A B
+            return [matmul(dy, b, trans_B=True), matmul(a, dy, trans_A=True)]
+        if trans_A and not trans_B:  # Y = A^T B
+            return [matmul(b, dy, trans_B=True), matmul(a, dy)]
+        if not trans_A and trans_B:  # Y = A B^T
+            return [matmul(dy, b), matmul(dy, a, trans_A=True)]
+        return [matmul(b, dy, True, True), matmul(dy, a, True, True)]  # Y = A^T B^T
+
+    def jvp(self, node, a_dot, b_dot):
+        a, b = node.inputs
+        flags = node.attrs
+        return matmul(a_dot, b, **flags) + matmul(a, b_dot, **flags)
+
+    def unbroadcast_needed(self, node, index):
+        # The matrix axes of each gradient are right by construction; only batch axes
+        # that broadcasting stretched or added need summing.
+        shape, input_shape = node.shape, node.inputs[index].shape
+        return shape is None or input_shape is None or shape[:-2] != input_shape[:-2]
+
+    def _check_shapes(self, a, b, trans_A, trans_B):
+        sa, sb = shape_of(a), shape_of(b)
+        if len(sa) < 2 or len(sb) < 2:
+            vector = sa if len(sa) < 2 else sb
+            raise ShapeError(
+                f"matmul: inputs need at least 2 dimensions, got shapes {sa} and {sb}. "
+                f"Make the vector of shape {vector} a matrix, e.g. x.reshape((1, -1)) for a "
+                f"row or x.reshape((-1, 1)) for a column."
+            )
+        inner_a = sa[-2] if trans_A else sa[-1]
+        inner_b = sb[-1] if trans_B else sb[-2]
+        if inner_a != inner_b:
+            raise ShapeError(
+                f"matmul: shapes {sa} and {sb} do not line up (trans_A={trans_A}, "
+                f"trans_B={trans_B}): the inner dimensions are {inner_a} and {inner_b}. "
+                f"Transpose one input (trans_A=True / trans_B=True, or .T) so they match."
+            )
+
+
+def matmul(a, b, trans_A: bool = False, trans_B: bool = False) -> Node:
+    """Matrix product op(a) @ op(b), where op transposes the last two axes if its flag is set.
+
+    >>> import autodiff as ad
+    >>> a = ad.tensor([[1.0, 2.0]])
+    >>> ad.matmul(a, a, trans_B=True).value
+    array([[5.]])
+    """
+    return MatMul.apply(a, b, trans_A=bool(trans_A), trans_B=bool(trans_B))

@@ -1,0 +1,119 @@
+"""Losses: the coarse op at the end of a network.
+
+``softmax_cross_entropy`` is one op (a "coarse" operator): its forward pass uses the
+log-sum-exp trick and its gradient is the famous ``softmax(logits) - labels``. The
+lecture compares it with the same loss composed of fine ops
+(``-mean(sum(labels * log_softmax(logits), axis=-1))``).
+"""
+
+from __future__ import annotations
+
+from ..backend import namespace
+from ..graph import DTypeError, Node, Op, ShapeError
+from .reductions import count, log_softmax, logsumexp_values, softmax, sum
+from .shape import shape_of
+
+
+def one_hot_values(labels, logits):
+    """Class probabilities from ``labels``: class indices become one-hot rows."""
+    xp = namespace(logits)
+    classes = logits.shape[-1]
+    if labels.dtype.kind in "iu":
+        if shape_of(labels) != shape_of(logits)[:-1]:
+            raise ShapeError(
+                f"softmax_cross_entropy: class-index labels of shape {shape_of(labels)} do "
+                f"not match logits of shape {shape_of(logits)}: give one index per row, "
+                f"shape {shape_of(logits)[:-1]}, or probabilities of shape {shape_of(logits)}."
+            )
+        if labels.size and (labels.min() < 0 or labels.max() >= classes):
+            raise ValueError(
+                f"softmax_cross_entropy: class indices must lie in [0, {classes}), got "
+                f"values from {int(labels.min())} to {int(labels.max())}."
+            )
+        return (labels[..., None] == xp.arange(classes)).astype(logits.dtype)
+    if labels.dtype.kind != "f":
+        raise DTypeError(
+            f"softmax_cross_entropy: labels must be integer class indices or float "
+            f"probabilities, got dtype {labels.dtype}."
+        )
+    if shape_of(labels) != shape_of(logits):
+        raise ShapeError(
+            f"softmax_cross_entropy: probability labels of shape {shape_of(labels)} do not "
+            f"match logits of shape {shape_of(logits)}."
+        )
+    return labels.astype(logits.dtype, copy=False)
+
+
+class OneHot(Op):
+    """Y = labels as class probabilities shaped like the logits (indices become one-hot)."""
+
+    name = "one_hot"
+    nondiff_inputs = (0, 1)
+
+    def compute(self, labels, logits):
+        return one_hot_values(labels, logits)
+
+    def gradient(self, node, output_grad):
+        return [None, None]
+
+    def jvp(self, node, labels_dot, logits_dot):
+        return None
+
+
+class SoftmaxCrossEntropy(Op):
+    """L = -mean over rows of sum(P * log_softmax(Z), axis=-1), P = labels as probabilities;
+    dZ = dL * (softmax(Z) - P) / rows;   L' = sum((softmax(Z) - P) * Z') / rows.
+
+    Labels are class indices (shape Z.shape[:-1]) or probabilities (Z's shape); they
+    are data, not differentiated.
+    """
+
+    name = "softmax_cross_entropy"
+    nondiff_inputs = (1,)
+
+    def compute(self, logits, labels):
+        rows = logits.size // logits.shape[-1]
+        if labels.dtype.kind in "iu":
+            one_hot_values(labels, logits)  # checks shape and range
+            log_probs = logits - logsumexp_values(logits, -1, keepdims=True)
+            picked = namespace(logits).take_along_axis(log_probs, labels[..., None], axis=-1)
+            return -picked.sum() / rows
+        probs = one_hot_values(labels, logits)
+        log_probs = logits - logsumexp_values(logits, -1, keepdims=True)
+        return -(probs * log_probs).sum() / rows
+
+    def gradient(self, node, output_grad):
+        logits, labels = node.inputs
+        rows = count(logits) / count(logits, axis=-1)
+        return [(softmax(logits) - one_hot(labels, logits)) * (output_grad / rows), None]
+
+    def jvp(self, node, logits_dot, labels_dot):
+        logits, labels = node.inputs
+        rows = count(logits) / count(logits, axis=-1)
+        return sum((softmax(logits) - one_hot(labels, logits)) * logits_dot) / rows
+
+
+def one_hot(labels, logits) -> Node:
+    """``labels`` (class indices or probabilities) as probabilities shaped like ``logits``."""
+    return OneHot.apply(labels, logits)
+
+
+def softmax_cross_entropy(logits, labels) -> Node:
+    """Mean cross-entropy between softmax(logits) and labels, over all rows.
+
+    ``labels`` are integer class indices of shape ``logits.shape[:-1]`` or float
+    probabilities (one-hot or soft) of ``logits``' shape.
+
+    >>> import autodiff as ad
+    >>> logits = ad.tensor([[2.0, 0.0], [0.0, 2.0]])
+    >>> round(float(ad.softmax_cross_entropy(logits, [0, 1]).value), 4)
+    0.1269
+    """
+    return SoftmaxCrossEntropy.apply(logits, labels)
+
+
+def softmax_cross_entropy_composed(logits, labels) -> Node:
+    """The same loss built from fine-grained ops (more nodes, same value and gradient)."""
+    return -sum(one_hot(labels, logits) * log_softmax(logits)) / (
+        count(logits) / count(logits, axis=-1)
+    )

@@ -1,0 +1,194 @@
+"""Shape ops: moving numbers around without changing them.
+
+Their gradients move the adjoint back: a transpose is undone by the inverse transpose,
+a reshape by a reshape to the input's shape, a broadcast by a sum.
+
+Three helper ops take a second, "like" input that only lends its shape. They let a
+gradient rule say "back to the shape of X" before X's shape is known (symbolic graphs):
+``sum_to_like`` (undoes broadcasting; the engine calls it for broadcasting ops),
+``broadcast_like`` and ``reshape_like``.
+"""
+
+from __future__ import annotations
+
+from ..backend import is_weak_scalar, namespace
+from ..graph import Node, Op
+
+
+def shape_of(x) -> tuple[int, ...]:
+    """The shape of an array; () for a Python number."""
+    return () if is_weak_scalar(x) else tuple(x.shape)
+
+
+def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    return tuple(sorted(a % ndim for a in axes))
+
+
+def _insert_ones(shape: tuple[int, ...], axis) -> tuple[int, ...]:
+    """``shape`` with a 1 put back at each reduced ``axis`` (as keepdims=True would)."""
+    ndim = len(shape) + (1 if isinstance(axis, int) else len(axis))
+    result = list(shape)
+    for a in _normalize_axes(axis, ndim):
+        result.insert(a, 1)
+    return tuple(result)
+
+
+def sum_to_shape(x, shape: tuple[int, ...]):
+    """Sum ``x`` over the axes that broadcasting added or stretched, giving ``shape``.
+
+    This is the one place in the library where broadcasting is undone.
+
+    >>> import numpy as np
+    >>> sum_to_shape(np.ones((4, 2, 3)), (2, 1)).tolist()
+    [[12.0], [12.0]]
+    """
+    leading = x.ndim - len(shape)
+    if leading > 0:
+        x = x.sum(axis=tuple(range(leading)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    if stretched:
+        x = x.sum(axis=stretched, keepdims=True)
+    return x
+
+
+class Transpose(Op):
+    """Y = transpose(X, axes);   dX = transpose(dY, inverse(axes));   Y' = transpose(X', axes)."""
+
+    def compute(self, x, axes):
+        return x.transpose(axes)
+
+    def gradient(self, node, output_grad):
+        axes = node.attrs["axes"]
+        if axes is None:  # reversing the axes is its own inverse
+            return [transpose(output_grad)]
+        inverse = tuple(sorted(range(len(axes)), key=lambda i: axes[i] % len(axes)))
+        return [transpose(output_grad, inverse)]
+
+    def jvp(self, node, x_dot):
+        return transpose(x_dot, node.attrs["axes"])
+
+
+class Reshape(Op):
+    """Y = reshape(X, shape);   dX = reshape(dY, X.shape);   Y' = reshape(X', shape)."""
+
+    def compute(self, x, shape):
+        return x.reshape(shape)
+
+    def gradient(self, node, output_grad):
+        return [reshape_like(output_grad, node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return reshape(x_dot, node.attrs["shape"])
+
+
+class BroadcastTo(Op):
+    """Y = broadcast_to(X, shape);   dX = sum_to_like(dY, X);   Y' = broadcast_to(X', shape)."""
+
+    name = "broadcast_to"
+
+    def compute(self, x, shape):
+        return namespace(x).broadcast_to(x, shape)
+
+    def gradient(self, node, output_grad):
+        return [sum_to_like(output_grad, node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return broadcast_to(x_dot, node.attrs["shape"])
+
+
+class SumToLike(Op):
+    """Y = G summed down to the shape of L (undoing broadcasting);  dG = broadcast_like(dY, G).
+
+    With ``axis``, L's shape lacks those axes (as after a reduction without keepdims).
+    """
+
+    name = "sum_to_like"
+    nondiff_inputs = (1,)
+
+    def compute(self, g, like, axis):
+        target = shape_of(like)
+        if axis is None:
+            return sum_to_shape(g, target)
+        return sum_to_shape(g, _insert_ones(target, axis)).reshape(target)
+
+    def gradient(self, node, output_grad):
+        return [broadcast_like(output_grad, node.inputs[0], node.attrs["axis"]), None]
+
+    def jvp(self, node, g_dot, like_dot):
+        return sum_to_like(g_dot, node.inputs[1], node.attrs["axis"])
+
+
+class BroadcastLike(Op):
+    """Y = G broadcast to the shape of L;   dG = sum_to_like(dY, G).
+
+    With ``axis``, G lacks those axes of L (a reduction's output without keepdims) and
+    they are put back first.
+    """
+
+    name = "broadcast_like"
+    nondiff_inputs = (1,)
+
+    def compute(self, g, like, axis):
+        if axis is not None:
+            g = g.reshape(_insert_ones(shape_of(g), axis))
+        return namespace(g).broadcast_to(g, shape_of(like))
+
+    def gradient(self, node, output_grad):
+        return [sum_to_like(output_grad, node.inputs[0], node.attrs["axis"]), None]
+
+    def jvp(self, node, g_dot, like_dot):
+        return broadcast_like(g_dot, node.inputs[1], node.attrs["axis"])
+
+
+class ReshapeLike(Op):
+    """Y = G reshaped to the shape of L;   dG = reshape_like(dY, G)."""
+
+    name = "reshape_like"
+    nondiff_inputs = (1,)
+
+    def compute(self, g, like):
+        return g.reshape(shape_of(like))
+
+    def gradient(self, node, output_grad):
+        return [reshape_like(output_grad, node.inputs[0]), None]
+
+    def jvp(self, node, g_dot, like_dot):
+        return reshape_like(g_dot, node.inputs[1])
+
+
+def transpose(x, axes=None) -> Node:
+    """Permute the axes of x (reverse them when ``axes`` is None), as numpy.transpose."""
+    return Transpose.apply(x, axes=None if axes is None else tuple(axes))
+
+
+def reshape(x, shape) -> Node:
+    """x with a new shape holding the same elements (one entry may be -1)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return Reshape.apply(x, shape=shape)
+
+
+def broadcast_to(x, shape) -> Node:
+    """x repeated along new or size-1 axes to ``shape``, as numpy.broadcast_to."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return BroadcastTo.apply(x, shape=shape)
+
+
+def sum_to_like(g, like, axis=None) -> Node:
+    """``g`` summed over broadcast axes down to ``like``'s shape (undoes broadcasting)."""
+    if axis is not None and not isinstance(axis, int):
+        axis = tuple(axis)
+    return SumToLike.apply(g, like, axis=axis)
+
+
+def broadcast_like(g, like, axis=None) -> Node:
+    """``g`` broadcast to ``like``'s shape, first restoring reduced ``axis`` if given."""
+    if axis is not None and not isinstance(axis, int):
+        axis = tuple(axis)
+    return BroadcastLike.apply(g, like, axis=axis)
+
+
+def reshape_like(g, like) -> Node:
+    """``g`` reshaped to ``like``'s shape."""
+    return ReshapeLike.apply(g, like)
+
