@@ -39,8 +39,9 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     With a tuple ``argnums`` the gradient is a tuple, one array per argument.
 
     >>> import autodiff as ad
-    >>> ad.value_and_grad(lambda x: (x * x).sum())([1.0, 2.0])
-    (array(5.), array([2., 4.]))
+    >>> value, gradient = ad.value_and_grad(lambda x: (x * x).sum())([1.0, 2.0])
+    >>> float(value), gradient
+    (5.0, array([2., 4.]))
     """
     several = not isinstance(argnums, int)
     positions = tuple(argnums) if several else (argnums,)
@@ -63,8 +64,8 @@ def grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     """The gradient of a scalar-valued ``f`` with respect to argument(s) ``argnums``.
 
     >>> import autodiff as ad
-    >>> ad.grad(lambda x: ad.sin(x) * x)(0.0)
-    array(0.)
+    >>> float(ad.grad(lambda x: ad.sin(x) * x)(0.0))
+    0.0
     """
     value_and_grad_f = value_and_grad(f, argnums)
 
@@ -95,8 +96,9 @@ def jvp(f: Callable, primals: Sequence, tangents: Sequence) -> tuple:
     """``(f(*primals), tangent_out)``: true forward mode through each op's tangent rule.
 
     >>> import autodiff as ad
-    >>> ad.jvp(lambda x, y: x * y, (3.0, 4.0), (1.0, 0.0))
-    (array(12.), array(4.))
+    >>> value, tangent = ad.jvp(lambda x, y: x * y, (3.0, 4.0), (1.0, 0.0))
+    >>> float(value), float(tangent)
+    (12.0, 4.0)
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents.")

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .graph import Constant, Node, as_node, deferred, fill_values, find_topo_sort
+from . import backend
+from .graph import Constant, DTypeError, Node, as_node, deferred, fill_values, find_topo_sort
 from .ops import ones_like, sum_to_like, zeros_like
 
 
@@ -30,6 +31,11 @@ def _check_nodes(function: str, output, wrt) -> list[Node]:
     for x in wrt:
         if not isinstance(x, Node):
             raise TypeError(f"{function}: wrt must hold Nodes, got {type(x).__name__}: {x!r}.")
+        if x.dtype is not None and not backend.is_floating(x.dtype):
+            raise DTypeError(
+                f"{function}: cannot differentiate with respect to '{x.name}' of dtype "
+                f"{x.dtype}: only floating-point values have derivatives."
+            )
     return wrt
 
 
@@ -64,7 +70,7 @@ def _reverse_pass(output: Node, wrt: list[Node], output_grad: Node) -> list[Node
             continue
         input_grads = node.op.gradient(node, adjoint[node])
         for index, (x, grad) in enumerate(zip(node.inputs, input_grads)):
-            if grad is None or x not in on_path or index in node.op.nondiff_inputs:
+            if grad is None or x not in on_path or index in node.op.shape_inputs:
                 continue
             if node.op.broadcasts and node.op.unbroadcast_needed(node, index):
                 grad = sum_to_like(grad, x)
@@ -83,11 +89,11 @@ def gradients(output: Node, wrt: Sequence[Node], output_grad=None) -> list[Node]
     >>> import autodiff as ad
     >>> x = ad.tensor(3.0, name="x")
     >>> (dx,) = ad.gradients(x * x, [x])
-    >>> dx.value
-    array(6.)
+    >>> float(dx.value)
+    6.0
     >>> (ddx,) = ad.gradients(dx, [x])
-    >>> ddx.value
-    array(2.)
+    >>> float(ddx.value)
+    2.0
     """
     wrt = _check_nodes("gradients", output, wrt)
     if output_grad is not None:
@@ -115,8 +121,8 @@ def jvp_graph(output: Node, wrt: Sequence[Node], tangents: Sequence) -> Node:
 
     >>> import autodiff as ad
     >>> x = ad.tensor(3.0)
-    >>> ad.jvp_graph(x * x, [x], [1.0]).value
-    array(6.)
+    >>> float(ad.jvp_graph(x * x, [x], [1.0]).value)
+    6.0
     """
     wrt = _check_nodes("jvp_graph", output, wrt)
     if len(tangents) != len(wrt):
@@ -130,7 +136,7 @@ def jvp_graph(output: Node, wrt: Sequence[Node], tangents: Sequence) -> Node:
         if all(t is None for t in input_tangents):
             continue  # nothing here depends on wrt
         for i, x in enumerate(node.inputs):
-            if input_tangents[i] is None and i not in node.op.nondiff_inputs:
+            if input_tangents[i] is None and i not in node.op.any_dtype_inputs:
                 input_tangents[i] = zeros_like(x)
         result = node.op.jvp(node, *input_tangents)
         if result is not None:

@@ -203,15 +203,18 @@ class Op:
     # True for ops that broadcast their inputs (add, mul, matmul's batch axes...): the
     # engine then sums each input's gradient back to that input's shape.
     broadcasts: ClassVar[bool] = False
-    # Positions of inputs that are never differentiated (labels, "like" inputs that
-    # only lend a shape); they may have any dtype.
-    nondiff_inputs: ClassVar[tuple[int, ...]] = ()
+    # Positions of inputs that only lend their shape (``ones_like(x)``): the output does
+    # not depend on their values, so they get no gradient and may have any dtype.
+    shape_inputs: ClassVar[tuple[int, ...]] = ()
+    # Positions that may hold integers (class labels); integers are never differentiated.
+    integer_inputs: ClassVar[tuple[int, ...]] = ()
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, register: bool = True, **kwargs):
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = cls.__name__.lower()
-        Op.registry[cls.name] = cls
+        if register:
+            Op.registry[cls.name] = cls
         cls._instance = cls()
 
     @classmethod
@@ -233,7 +236,7 @@ class Op:
         """``compute`` with the checks that turn NumPy errors into readable ones."""
         for i, value in enumerate(input_vals):
             dtype = getattr(value, "dtype", None)
-            if dtype is not None and dtype.kind not in "fc" and i not in self.nondiff_inputs:
+            if dtype is not None and dtype.kind not in "fc" and i not in self.any_dtype_inputs:
                 raise DTypeError(
                     f"{self.name}: input {i} has dtype {dtype}, but {self.name} is "
                     f"differentiable and needs floating-point inputs. Convert it "
@@ -241,9 +244,9 @@ class Op:
                 )
         try:
             return self.compute(*input_vals, **attrs)
-        except (ShapeError, DTypeError):
-            raise
         except Exception as exc:
+            if isinstance(exc, (ShapeError, DTypeError)) or str(exc).startswith(f"{self.name}:"):
+                raise  # already written for a student
             raise self.explain(exc, input_vals, attrs) from exc
 
     def explain(self, exc: Exception, input_vals: Sequence[Any], attrs: dict) -> Exception:
@@ -258,6 +261,10 @@ class Op:
                 f"input (inputs: {inputs})."
             )
         return type(exc)(f"{self.name} failed on inputs {inputs}{settings}: {exc}")
+
+    @property
+    def any_dtype_inputs(self) -> tuple[int, ...]:
+        return self.shape_inputs + self.integer_inputs
 
     def compute(self, *input_vals, **attrs):
         raise NotImplementedError(f"{type(self).__name__}.compute")
@@ -430,8 +437,8 @@ class Executor:
     override any leaf: this is how one graph is run on many inputs.
 
     >>> x = Variable("x")
-    >>> Executor([x * x, x + 1]).run({x: 3.0})
-    [array(9.), array(4.)]
+    >>> [float(v) for v in Executor([x * x, x + 1]).run({x: 3.0})]
+    [9.0, 4.0]
     """
 
     def __init__(self, nodes: Node | Sequence[Node]):
@@ -455,7 +462,7 @@ class Executor:
     def _feed_values(self, feed_dict: dict) -> dict:
         by_name: dict[str, list[Node]] = {}
         for node in self.topo_order:
-            if node.op.is_leaf:
+            if node.op.is_leaf and node.op is not Constant._instance:
                 by_name.setdefault(node.name, []).append(node)
         values = {}
         for key, data in feed_dict.items():
@@ -502,8 +509,8 @@ def evaluate(nodes: Node | Sequence[Node], feed_dict: dict | None = None):
     """Evaluate one node (returns an array) or several (returns a list).
 
     >>> x = Variable("x")
-    >>> evaluate(x ** 2, {"x": 4.0})
-    array(16.)
+    >>> float(evaluate(x ** 2, {"x": 4.0}))
+    16.0
     """
     if isinstance(nodes, Node):
         return Executor([nodes]).run(feed_dict)[0]

@@ -266,7 +266,7 @@ class OnesLike(Op):
     """Y = an array of ones with X's shape and dtype; depends on no value of X."""
 
     name = "ones_like"
-    nondiff_inputs = (0,)
+    shape_inputs = (0,)
 
     def compute(self, x):
         return 1.0 if is_weak_scalar(x) else namespace(x).ones_like(x)
@@ -282,7 +282,7 @@ class ZerosLike(Op):
     """Y = an array of zeros with X's shape and dtype; depends on no value of X."""
 
     name = "zeros_like"
-    nondiff_inputs = (0,)
+    shape_inputs = (0,)
 
     def compute(self, x):
         return 0.0 if is_weak_scalar(x) else namespace(x).zeros_like(x)

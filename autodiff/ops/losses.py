@@ -45,31 +45,36 @@ def one_hot_values(labels, logits):
 
 
 class OneHot(Op):
-    """Y = labels as class probabilities shaped like the logits (indices become one-hot)."""
+    """Y = labels as class probabilities shaped like the logits (indices become one-hot).
+
+    Probability labels pass through unchanged:  dLabels = dY.  Indices get no gradient.
+    """
 
     name = "one_hot"
-    nondiff_inputs = (0, 1)
+    integer_inputs = (0,)
+    shape_inputs = (1,)
 
     def compute(self, labels, logits):
         return one_hot_values(labels, logits)
 
     def gradient(self, node, output_grad):
-        return [None, None]
+        return [output_grad, None]
 
     def jvp(self, node, labels_dot, logits_dot):
-        return None
+        return labels_dot
 
 
 class SoftmaxCrossEntropy(Op):
     """L = -mean over rows of sum(P * log_softmax(Z), axis=-1), P = labels as probabilities;
-    dZ = dL * (softmax(Z) - P) / rows;   L' = sum((softmax(Z) - P) * Z') / rows.
+    dZ = dL * (softmax(Z) - P) / rows,   dP = -dL * log_softmax(Z) / rows;
+    L' = sum((softmax(Z) - P) * Z' - log_softmax(Z) * P') / rows.
 
-    Labels are class indices (shape Z.shape[:-1]) or probabilities (Z's shape); they
-    are data, not differentiated.
+    Labels are class indices (shape Z.shape[:-1], never differentiated) or probabilities
+    (Z's shape).
     """
 
     name = "softmax_cross_entropy"
-    nondiff_inputs = (1,)
+    integer_inputs = (1,)
 
     def compute(self, logits, labels):
         rows = logits.size // logits.shape[-1]
@@ -84,13 +89,18 @@ class SoftmaxCrossEntropy(Op):
 
     def gradient(self, node, output_grad):
         logits, labels = node.inputs
-        rows = count(logits) / count(logits, axis=-1)
-        return [(softmax(logits) - one_hot(labels, logits)) * (output_grad / rows), None]
+        scale = output_grad / (count(logits) / count(logits, axis=-1))
+        d_logits = (softmax(logits) - one_hot(labels, logits)) * scale
+        d_labels = -log_softmax(logits) * scale
+        return [d_logits, d_labels]
 
     def jvp(self, node, logits_dot, labels_dot):
         logits, labels = node.inputs
         rows = count(logits) / count(logits, axis=-1)
-        return sum((softmax(logits) - one_hot(labels, logits)) * logits_dot) / rows
+        tangent = sum((softmax(logits) - one_hot(labels, logits)) * logits_dot) / rows
+        if labels_dot is not None:
+            tangent = tangent - sum(log_softmax(logits) * labels_dot) / rows
+        return tangent
 
 
 def one_hot(labels, logits) -> Node:

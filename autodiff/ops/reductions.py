@@ -45,7 +45,7 @@ class Sum(Op):
 class Count(Op):
     """Y = the number of elements that a reduction over ``axis`` combines (in X's dtype)."""
 
-    nondiff_inputs = (0,)
+    shape_inputs = (0,)
 
     def compute(self, x, axis):
         if axis is None:

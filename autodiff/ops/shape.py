@@ -104,7 +104,7 @@ class SumToLike(Op):
     """
 
     name = "sum_to_like"
-    nondiff_inputs = (1,)
+    shape_inputs = (1,)
 
     def compute(self, g, like, axis):
         target = shape_of(like)
@@ -127,7 +127,7 @@ class BroadcastLike(Op):
     """
 
     name = "broadcast_like"
-    nondiff_inputs = (1,)
+    shape_inputs = (1,)
 
     def compute(self, g, like, axis):
         if axis is not None:
@@ -145,7 +145,7 @@ class ReshapeLike(Op):
     """Y = G reshaped to the shape of L;   dG = reshape_like(dY, G)."""
 
     name = "reshape_like"
-    nondiff_inputs = (1,)
+    shape_inputs = (1,)
 
     def compute(self, g, like):
         return g.reshape(shape_of(like))

@@ -1,0 +1,306 @@
+"""Hypothesis strategies shared by the tests.
+
+``OP_CASES`` maps the name of every registered op to a strategy drawing a ``Case``: a
+function of Nodes that applies the op, float64 arguments at which the op is smooth
+(away from kinks such as relu's 0), and a NumPy reference for the forward value.
+``tests/test_ops.py`` loops over ``Op.registry``: an op missing here fails the suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import autodiff as ad
+from autodiff.ops.shape import sum_to_shape
+
+
+@dataclass
+class Case:
+    fn: Callable  # Nodes -> Node
+    args: list  # float64 arrays, the differentiable arguments of fn
+    reference: Callable  # NumPy arrays -> array, the expected forward value
+
+    def __repr__(self):  # what hypothesis prints for a failing example
+        shapes = [a.shape for a in self.args]
+        return f"Case(args shapes={shapes}, args={self.args})"
+
+
+def floats(lo=-2.0, hi=2.0):
+    return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
+
+
+def away_from_zero(lo=0.2, hi=2.0):
+    return st.one_of(floats(lo, hi), floats(-hi, -lo))
+
+
+shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=3)
+nonscalar_shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=3)
+broadcasting_pairs = hnp.mutually_broadcastable_shapes(
+    num_shapes=2, min_dims=0, max_dims=3, min_side=1, max_side=3
+)
+
+
+def arrays(shape, elements=None):
+    return hnp.arrays(np.float64, shape, elements=elements if elements is not None else floats())
+
+
+@st.composite
+def unary(draw, op, reference, elements=None, shape=shapes):
+    x = draw(arrays(draw(shape), elements))
+    return Case(op, [x], reference)
+
+
+@st.composite
+def binary(draw, op, reference, a_elements=None, b_elements=None):
+    a_shape, b_shape = draw(broadcasting_pairs).input_shapes
+    a = draw(arrays(a_shape, a_elements))
+    b = draw(arrays(b_shape, b_elements))
+    return Case(op, [a, b], reference)
+
+
+@st.composite
+def reduction_axis(draw, ndim):
+    """None, one axis (maybe negative) or a tuple of distinct axes."""
+    if ndim == 0:
+        return None
+    choice = draw(st.sampled_from(["none", "one", "several"]))
+    if choice == "none":
+        return None
+    if choice == "one":
+        return draw(st.integers(-ndim, ndim - 1))
+    axes = draw(st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim, unique=True))
+    return tuple(axes)
+
+
+@st.composite
+def reductions(draw, op, reference):
+    x = draw(arrays(draw(shapes)))
+    axis = draw(reduction_axis(x.ndim))
+    keepdims = draw(st.booleans())
+    return Case(
+        lambda a: op(a, axis=axis, keepdims=keepdims),
+        [x],
+        lambda a: reference(a, axis=axis, keepdims=keepdims),
+    )
+
+
+@st.composite
+def normalizations(draw, op, reference):
+    x = draw(arrays(draw(nonscalar_shapes)))
+    axis = draw(st.integers(-x.ndim, x.ndim - 1))
+    return Case(lambda a: op(a, axis=axis), [x], lambda a: reference(a, axis))
+
+
+def np_logsumexp(x, axis=None, keepdims=False):
+    return np.log(np.exp(x).sum(axis=axis, keepdims=keepdims))
+
+
+def np_softmax(x, axis):
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@st.composite
+def bigger_shape(draw, shape):
+    """A shape that ``shape`` broadcasts to: extra leading axes, size-1 axes stretched."""
+    leading = draw(st.lists(st.integers(1, 3), max_size=2))
+    stretched = [draw(st.integers(1, 3)) if d == 1 else d for d in shape]
+    return tuple(leading) + tuple(stretched)
+
+
+@st.composite
+def transposes(draw):
+    x = draw(arrays(draw(shapes)))
+    axes = draw(st.none() | st.permutations(range(x.ndim)).map(tuple))
+    return Case(lambda a: ad.transpose(a, axes), [x], lambda a: np.transpose(a, axes))
+
+
+@st.composite
+def reshapes(draw):
+    x = draw(arrays(draw(shapes)))
+    target = draw(st.sampled_from([(-1,), tuple(reversed(x.shape)), (1, *x.shape, 1)]))
+    return Case(lambda a: ad.reshape(a, target), [x], lambda a: np.reshape(a, target))
+
+
+@st.composite
+def broadcasts_to(draw):
+    x = draw(arrays(draw(shapes)))
+    target = draw(bigger_shape(x.shape))
+    return Case(lambda a: ad.broadcast_to(a, target), [x], lambda a: np.broadcast_to(a, target))
+
+
+@st.composite
+def sums_to_like(draw):
+    small = draw(shapes)
+    g = draw(arrays(draw(bigger_shape(small))))
+    like = ad.constant(np.zeros(small))
+    return Case(lambda a: ad.sum_to_like(a, like), [g], lambda a: sum_to_shape(a, small))
+
+
+@st.composite
+def broadcasts_like(draw):
+    small = draw(shapes)
+    big = draw(bigger_shape(small))
+    like = ad.constant(np.zeros(big))
+    g = draw(arrays(small))
+    return Case(
+        lambda a: ad.broadcast_like(a, like), [g], lambda a: np.broadcast_to(a, big)
+    )
+
+
+@st.composite
+def reduced_broadcasts_like(draw):
+    """broadcast_like with ``axis``: g lacks the reduced axes of like (no keepdims)."""
+    big = draw(nonscalar_shapes)
+    axis = draw(reduction_axis(len(big)).filter(lambda a: a is not None))
+    kept = np.sum(np.zeros(big), axis=axis).shape
+    like = ad.constant(np.zeros(big))
+    g = draw(arrays(kept))
+    return Case(
+        lambda a: ad.broadcast_like(a, like, axis),
+        [g],
+        lambda a: np.broadcast_to(np.expand_dims(a, axis), big),
+    )
+
+
+@st.composite
+def reduced_sums_to_like(draw):
+    big = draw(nonscalar_shapes)
+    axis = draw(reduction_axis(len(big)).filter(lambda a: a is not None))
+    like = ad.constant(np.zeros(np.sum(np.zeros(big), axis=axis).shape))
+    g = draw(arrays(big))
+    return Case(lambda a: ad.sum_to_like(a, like, axis), [g], lambda a: a.sum(axis=axis))
+
+
+@st.composite
+def reshapes_like(draw):
+    x = draw(arrays(draw(shapes)))
+    like = ad.constant(np.zeros((1, x.size)))
+    return Case(lambda a: ad.reshape_like(a, like), [x], lambda a: a.reshape(1, -1))
+
+
+@st.composite
+def matmuls(draw):
+    n, k, m = (draw(st.integers(1, 3)) for _ in range(3))
+    trans_A, trans_B = draw(st.booleans()), draw(st.booleans())
+    batch_a, batch_b = draw(
+        hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=2, max_side=2)
+    ).input_shapes
+    a = draw(arrays(batch_a + ((k, n) if trans_A else (n, k))))
+    b = draw(arrays(batch_b + ((m, k) if trans_B else (k, m))))
+
+    def reference(a, b):
+        return np.matmul(
+            np.swapaxes(a, -1, -2) if trans_A else a, np.swapaxes(b, -1, -2) if trans_B else b
+        )
+
+    return Case(lambda x, y: ad.matmul(x, y, trans_A, trans_B), [a, b], reference)
+
+
+@st.composite
+def logits_and_labels(draw):
+    rows_shape = draw(hnp.array_shapes(min_dims=0, max_dims=2, min_side=1, max_side=3))
+    classes = draw(st.integers(2, 4))
+    logits = draw(arrays(rows_shape + (classes,), floats(-3, 3)))
+    indices = draw(hnp.arrays(np.int64, rows_shape, elements=st.integers(0, classes - 1)))
+    weights = draw(arrays(rows_shape + (classes,), floats(0.1, 1.0)))
+    probs = weights / weights.sum(axis=-1, keepdims=True)
+    return logits, indices, probs
+
+
+def np_cross_entropy(logits, probs):
+    log_probs = logits - np_logsumexp(logits, axis=-1, keepdims=True)
+    return -(probs * log_probs).sum() / (logits.size // logits.shape[-1])
+
+
+@st.composite
+def cross_entropies(draw):
+    logits, indices, probs = draw(logits_and_labels())
+    if draw(st.booleans()):  # class indices: differentiate the logits only
+        one_hot = np.eye(logits.shape[-1])[indices]
+        return Case(
+            lambda z: ad.softmax_cross_entropy(z, indices),
+            [logits],
+            lambda z: np_cross_entropy(z, one_hot),
+        )
+    return Case(ad.softmax_cross_entropy, [logits, probs], np_cross_entropy)
+
+
+@st.composite
+def one_hots(draw):
+    logits, indices, probs = draw(logits_and_labels())
+    if draw(st.booleans()):
+        return Case(
+            lambda z: ad.one_hot(indices, z), [logits], lambda z: np.eye(z.shape[-1])[indices]
+        )
+    # The logits only lend their shape and dtype: their gradient must come out zero.
+    return Case(ad.one_hot, [probs, logits], lambda p, z: p)
+
+
+@st.composite
+def counts(draw):
+    x = draw(arrays(draw(shapes)))
+    axis = draw(reduction_axis(x.ndim))
+    # A reduction over `axis` combines (all elements) / (elements left) of them.
+    expected = np.asarray(x.size // np.sum(x, axis=axis).size, dtype=x.dtype)
+    return Case(lambda a: ad.count(a, axis), [x], lambda a: expected)
+
+
+@st.composite
+def power_scalars(draw):
+    exponent = draw(st.sampled_from([0, 1, 2, 3, -1, 0.5, -1.5, 2.5]))
+    x = draw(arrays(draw(shapes), floats(0.5, 2.0)))
+    return Case(lambda a: a**exponent, [x], lambda a: a**exponent)
+
+
+@st.composite
+def steps(draw):
+    at_zero = draw(st.sampled_from([0.0, 0.5, 1.0]))
+    x = draw(arrays(draw(shapes), away_from_zero()))
+    return Case(lambda a: ad.step(a, at_zero), [x], lambda a: np.heaviside(a, at_zero))
+
+
+grid = st.integers(-4, 4).map(lambda k: k / 2)  # maximum's inputs never tie:
+off_grid = st.integers(-4, 4).map(lambda k: k / 2 + 0.25)  # they differ by >= 0.25
+positive = floats(0.5, 3.0)
+
+OP_CASES = {
+    "add": binary(ad.add, np.add),
+    "subtract": binary(ad.subtract, np.subtract),
+    "multiply": binary(ad.multiply, np.multiply),
+    "divide": binary(ad.divide, np.divide, b_elements=away_from_zero(0.5)),
+    "power": binary(ad.power, np.power, a_elements=floats(0.5, 2.0)),
+    "power_scalar": power_scalars(),
+    "negative": unary(ad.negative, np.negative),
+    "exp": unary(ad.exp, np.exp),
+    "log": unary(ad.log, np.log, positive),
+    "sin": unary(ad.sin, np.sin),
+    "cos": unary(ad.cos, np.cos),
+    "tanh": unary(ad.tanh, np.tanh),
+    "sigmoid": unary(ad.sigmoid, lambda x: 1 / (1 + np.exp(-x)), floats(-4, 4)),
+    "relu": unary(ad.relu, lambda x: np.maximum(x, 0), away_from_zero()),
+    "sqrt": unary(ad.sqrt, np.sqrt, positive),
+    "maximum": binary(ad.maximum, np.maximum, off_grid, grid),
+    "step": steps(),
+    "ones_like": unary(ad.ones_like, np.ones_like),
+    "zeros_like": unary(ad.zeros_like, np.zeros_like),
+    "sum": reductions(ad.sum, np.sum),
+    "count": counts(),
+    "logsumexp": reductions(ad.logsumexp, np_logsumexp),
+    "softmax": normalizations(ad.softmax, np_softmax),
+    "log_softmax": normalizations(ad.log_softmax, lambda x, axis: np.log(np_softmax(x, axis))),
+    "transpose": transposes(),
+    "reshape": reshapes(),
+    "broadcast_to": broadcasts_to(),
+    "sum_to_like": st.one_of(sums_to_like(), reduced_sums_to_like()),
+    "broadcast_like": st.one_of(broadcasts_like(), reduced_broadcasts_like()),
+    "reshape_like": reshapes_like(),
+    "matmul": matmuls(),
+    "one_hot": one_hots(),
+    "softmax_cross_entropy": cross_entropies(),
+}
