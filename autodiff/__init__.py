@@ -8,7 +8,7 @@
 0.077
 """
 
-from . import backend, functional, gradients as _gradients_module, graph, numerical, ops
+from . import backend, functional, graph, numerical, ops
 from .functional import grad, jvp, value_and_grad, vjp
 from .gradients import gradients, jvp_graph
 from .graph import (

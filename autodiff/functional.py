@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .graph import Node, constant, tensor
 from .gradients import gradients, jvp_graph
+from .graph import Node, constant, tensor
 
 
 def _as_leaf(value) -> Node:
@@ -104,7 +104,7 @@ def jvp(f: Callable, primals: Sequence, tangents: Sequence) -> tuple:
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents.")
     out, leaves = _call(f, primals, range(len(primals)))
     tangent_leaves = []
-    for leaf, t in zip(leaves, tangents):
+    for leaf, t in zip(leaves, tangents, strict=True):
         t = constant(t, dtype=leaf.dtype)
         if t.shape != leaf.shape:
             raise ValueError(

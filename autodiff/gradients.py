@@ -69,7 +69,12 @@ def _reverse_pass(output: Node, wrt: list[Node], output_grad: Node) -> list[Node
         if node.op.is_leaf:
             continue
         input_grads = node.op.gradient(node, adjoint[node])
-        for index, (x, grad) in enumerate(zip(node.inputs, input_grads)):
+        if len(input_grads) != len(node.inputs):
+            raise TypeError(
+                f"{type(node.op).__name__}.gradient returned {len(input_grads)} gradients for "
+                f"{len(node.inputs)} inputs: return one Node (or None) per input, in order."
+            )
+        for index, (x, grad) in enumerate(zip(node.inputs, input_grads, strict=True)):
             if grad is None or x not in on_path or index in node.op.shape_inputs:
                 continue
             if node.op.broadcasts and node.op.unbroadcast_needed(node, index):
@@ -106,12 +111,12 @@ def gradients(output: Node, wrt: Sequence[Node], output_grad=None) -> list[Node]
     imperative = output.value is not None and (output_grad is None or output_grad.value is not None)
     # Build the whole gradient graph first, then compute only what the results need:
     # a rule may build gradients for inputs nobody asked about (d input in a first layer).
-    with deferred():
+    with deferred() as built:
         if output_grad is None:
             output_grad = ones_like(output)
         grads = _reverse_pass(output, wrt, output_grad)
     if imperative:
-        fill_values(grads)
+        fill_values(grads, built)
     return grads
 
 
@@ -127,7 +132,7 @@ def jvp_graph(output: Node, wrt: Sequence[Node], tangents: Sequence) -> Node:
     wrt = _check_nodes("jvp_graph", output, wrt)
     if len(tangents) != len(wrt):
         raise ValueError(f"jvp_graph: {len(wrt)} inputs but {len(tangents)} tangents.")
-    tangent = {x: as_node(t) for x, t in zip(wrt, tangents)}
+    tangent = {x: as_node(t) for x, t in zip(wrt, tangents, strict=True)}
     imperative = output.value is not None and all(t.value is not None for t in tangent.values())
     for node in find_topo_sort([output]):
         if node in tangent or node.op.is_leaf:

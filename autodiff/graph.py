@@ -31,26 +31,31 @@ class DTypeError(TypeError):
 
 
 # Switched off while gradients() builds a gradient graph, so that gradient nodes are
-# evaluated afterwards, only if they are needed (see gradients.py).
+# evaluated afterwards, only if they are needed (see gradients.py). The nodes built
+# meanwhile are recorded in creation order, which is a topological order.
 _eager = True
+_built: list = []
 
 
 @contextmanager
 def deferred():
     """Build nodes without computing them, even when their inputs have values.
 
+    Yields the list of nodes built inside the block, in creation order.
+
     >>> x = tensor(2.0)
-    >>> with deferred():
+    >>> with deferred() as built:
     ...     y = x * 3
-    >>> y.value is None
+    >>> y.value is None and built[-1] is y
     True
     """
-    global _eager
-    previous, _eager = _eager, False
+    global _eager, _built
+    previous = _eager, _built
+    _eager, _built = False, []
     try:
-        yield
+        yield _built
     finally:
-        _eager = previous
+        _eager, _built = previous
 
 
 def describe(value: Any) -> str:
@@ -221,15 +226,16 @@ class Op:
     def apply(cls, *inputs, **attrs) -> Node:
         """Make a node of this op; compute it now if every input has a value."""
         op = cls._instance
-        nodes = tuple(x if isinstance(x, Node) else as_node(x) for x in inputs)
+        nodes = tuple([x if isinstance(x, Node) else as_node(x) for x in inputs])
         node = Node(op, nodes, attrs)
-        if _eager:
-            input_vals = []
-            for x in nodes:
-                if x.value is None:
-                    return node
-                input_vals.append(x.value)
-            node.value = op.run(input_vals, attrs)
+        if not _eager:
+            _built.append(node)
+            return node
+        input_vals = [x.value for x in nodes]
+        for value in input_vals:
+            if value is None:
+                return node  # symbolic: computed later by an Executor
+        node.value = op.run(input_vals, attrs)
         return node
 
     def run(self, input_vals: Sequence[Any], attrs: dict) -> Any:
@@ -342,10 +348,9 @@ def tensor(data, name: str | None = None, dtype=None, device: str | None = None)
 
 def constant(data, name: str | None = None, dtype=None, device: str | None = None) -> Node:
     """A leaf that is never differentiated. Python numbers stay dtype-less ("weak")."""
-    node = Node(Constant._instance, (), {}, name or "constant")
+    node = Node(Constant._instance, (), None, name or "constant")
     if backend.is_weak_scalar(data) and dtype is None and device is None:
         node.value = data
-        node.name = name or repr(data)
     else:
         node.value = backend.asarray(data, dtype=dtype, device=device)
     return node
@@ -479,10 +484,14 @@ class Executor:
             if len(found) == 1:
                 return found[0]
             if not found:
-                raise KeyError(f"feed_dict names '{key}', but the graph has no leaf of that "
-                               f"name. Leaves: {sorted(by_name)}.")
-            raise KeyError(f"feed_dict names '{key}', but {len(found)} leaves have that name: "
-                           f"use the node itself as the key.")
+                raise KeyError(
+                    f"feed_dict names '{key}', but the graph has no leaf of that "
+                    f"name. Leaves: {sorted(by_name)}."
+                )
+            raise KeyError(
+                f"feed_dict names '{key}', but {len(found)} leaves have that name: "
+                f"use the node itself as the key."
+            )
         raise TypeError(f"feed_dict keys must be Nodes or names, got {type(key).__name__}.")
 
 
@@ -494,7 +503,7 @@ def _check_feed(node: Node, data) -> Any:
     declared = node.attrs.get("shape")
     if declared is not None:
         fits = len(declared) == value.ndim and all(
-            d is None or d == s for d, s in zip(declared, value.shape)
+            d is None or d == s for d, s in zip(declared, value.shape, strict=True)
         )
         if not fits:
             raise ShapeError(
@@ -517,18 +526,42 @@ def evaluate(nodes: Node | Sequence[Node], feed_dict: dict | None = None):
     return Executor(nodes).run(feed_dict)
 
 
-def fill_values(nodes: Sequence[Node]) -> None:
+def fill_values(nodes: Sequence[Node], built: Sequence[Node] = ()) -> None:
     """Compute the missing values of ``nodes`` from the values already in the graph.
 
     Used after building a gradient graph with ``deferred()``: only nodes that the
     results need are computed, and intermediate values are freed as soon as possible.
+    ``built`` (the nodes ``deferred()`` recorded) saves a topological sort.
     """
+    if built and _fill_from_built(nodes, built):
+        return
     topo_order = find_topo_sort(nodes, descend=lambda n: n.value is None)
     values = {n: n.value for n in topo_order if n.value is not None}
     release = _last_uses(topo_order, set(nodes))
     _execute(topo_order, values, release)
     for node in nodes:
         node.value = values[node]
+
+
+def _fill_from_built(nodes: Sequence[Node], built: Sequence[Node]) -> bool:
+    """``fill_values`` in the creation order of ``built``; False if that is not enough."""
+    built_set = set(built)
+    needed = set(nodes)
+    for node in reversed(built):
+        if node in needed:
+            for x in node.inputs:
+                if x.value is None:
+                    if x not in built_set:
+                        return False  # a symbolic node from elsewhere: sort properly
+                    needed.add(x)
+    order = [node for node in built if node in needed]
+    release = _last_uses(order, set(nodes))
+    for step, node in enumerate(order):
+        node.value = node.op.run([x.value for x in node.inputs], node.attrs)
+        for x in release[step]:
+            if x in needed:
+                x.value = None  # an intermediate adjoint: free it
+    return True
 
 
 from . import ops  # noqa: E402  (the operators above call the op functions)

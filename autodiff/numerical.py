@@ -122,21 +122,30 @@ def _check_first_order(f, args, modes, rtol, atol, seed):
             analytic, expected = _vdot(vjp.value, v), _vdot(u, numeric)
             limit = atol * _norm(u) + rtol * _norm(u) * _norm(numeric)
             if not abs(analytic - expected) <= limit:
-                _fail("reverse mode <vjp(u), v>", index, x, abs(analytic - expected), limit,
-                      analytic, expected)
+                _fail(
+                    "reverse mode <vjp(u), v>",
+                    index,
+                    x,
+                    abs(analytic - expected),
+                    limit,
+                    analytic,
+                    expected,
+                )
 
 
 def _derivative_function(f, args, mode, seed):
     """A scalar function of the same arguments whose value is a first derivative of f."""
     out = f(*[tensor(a) for a in args])
     u = backend.random_normal(out.shape, out.dtype, backend.device_of(args[0]), seed + 7)
-    ws = [backend.random_normal(a.shape, a.dtype, backend.device_of(a), seed + 13 + i)
-          for i, a in enumerate(args)]
+    ws = [
+        backend.random_normal(a.shape, a.dtype, backend.device_of(a), seed + 13 + i)
+        for i, a in enumerate(args)
+    ]
 
     def reverse_derivative(*xs):
         grads = gradients(f(*xs), list(xs), output_grad=constant(u))
         total = sum(grads[0] * ws[0])
-        for g, w in zip(grads[1:], ws[1:]):
+        for g, w in zip(grads[1:], ws[1:], strict=True):
             total = total + sum(g * w)
         return total
 

@@ -148,9 +148,7 @@ def broadcasts_like(draw):
     big = draw(bigger_shape(small))
     like = ad.constant(np.zeros(big))
     g = draw(arrays(small))
-    return Case(
-        lambda a: ad.broadcast_like(a, like), [g], lambda a: np.broadcast_to(a, big)
-    )
+    return Case(lambda a: ad.broadcast_like(a, like), [g], lambda a: np.broadcast_to(a, big))
 
 
 @st.composite

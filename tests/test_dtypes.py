@@ -13,8 +13,7 @@ def mlp_loss(x, w1, w2, labels):
 
 def test_a_float32_network_keeps_float32_values_and_gradients():
     rng = np.random.default_rng(0)
-    x, w1, w2 = (ad.tensor(rng.normal(size=s), dtype="float32") for s in [(4, 3), (3, 5),
-                                                                          (5, 2)])
+    x, w1, w2 = (ad.tensor(rng.normal(size=s), dtype="float32") for s in [(4, 3), (3, 5), (5, 2)])
     loss = mlp_loss(x, w1, w2, np.array([0, 1, 1, 0]))
     assert loss.dtype == np.float32
     for node in ad.find_topo_sort([loss]):

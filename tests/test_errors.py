@@ -39,8 +39,9 @@ def test_broadcast_mismatch_in_a_symbolic_graph_is_just_as_clear():
         ad.evaluate(a * b, {a: np.ones((2, 3)), b: np.ones(4)})
 
 
-@pytest.mark.parametrize("data", [[1, 2, 3], np.array([True, False]),
-                                  np.array([1.0, None], dtype=object)])
+@pytest.mark.parametrize(
+    "data", [[1, 2, 3], np.array([True, False]), np.array([1.0, None], dtype=object)]
+)
 def test_non_float_input_to_a_differentiable_op(data):
     x = ad.tensor(data)
     with raises(ad.DTypeError, "exp", str(x.dtype), "dtype='float64'"):
@@ -118,3 +119,18 @@ def test_executor_rejects_what_is_not_a_node():
 def test_unknown_device():
     with raises(ValueError, "'tpu'", "'cpu' or 'gpu'"):
         ad.tensor(1.0, device="tpu")
+
+
+def test_a_gradient_rule_returning_the_wrong_number_of_gradients():
+    class Half(ad.Op, register=False):
+        """Y = X / 2, with a broken rule that forgets to return a list per input."""
+
+        def compute(self, x, y):
+            return x / 2 + 0 * y
+
+        def gradient(self, node, output_grad):
+            return [output_grad / 2]
+
+    x = ad.tensor(1.0)
+    with raises(TypeError, "Half.gradient returned 1 gradients for 2 inputs"):
+        ad.gradients(Half.apply(x, x), [x])

@@ -141,7 +141,7 @@ def test_symbolic_and_imperative_give_identical_results():
     assert symbolic.value is None and all(g.value is None for g in grads)
     out = ad.Executor([symbolic, *grads]).run({ws: w_val, xs: x_val})
     np.testing.assert_array_equal(out[0], eager.value)
-    for got, expected in zip(out[1:], eager_grads):
+    for got, expected in zip(out[1:], eager_grads, strict=True):
         np.testing.assert_array_equal(got, expected)
 
 

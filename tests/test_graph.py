@@ -36,8 +36,7 @@ def test_node_reports_shape_dtype_device():
 def test_python_numbers_mix_freely():
     x = ad.tensor(2.0)
     results = [2 * x, x + 1, 1 / x, x**3, 3 - x, x - 3, x / 4, 2**x, -x, +x]
-    assert [float(r.value) for r in results] == [4.0, 3.0, 0.5, 8.0, 1.0, -1.0, 0.5, 4.0,
-                                                 -2.0, 2.0]
+    assert [float(r.value) for r in results] == [4.0, 3.0, 0.5, 8.0, 1.0, -1.0, 0.5, 4.0, -2.0, 2.0]
 
 
 def test_numpy_arrays_on_the_left_defer_to_nodes():
@@ -51,8 +50,9 @@ def test_methods_mirror_numpy():
     data = np.arange(6.0).reshape(2, 3)
     x = ad.tensor(data)
     np.testing.assert_array_equal(x.sum(axis=0).value, data.sum(axis=0))
-    np.testing.assert_array_equal(x.mean(axis=1, keepdims=True).value,
-                                  data.mean(axis=1, keepdims=True))
+    np.testing.assert_array_equal(
+        x.mean(axis=1, keepdims=True).value, data.mean(axis=1, keepdims=True)
+    )
     np.testing.assert_array_equal(x.reshape((3, 2)).value, data.reshape(3, 2))
     np.testing.assert_array_equal(x.reshape(3, 2).value, data.reshape(3, 2))
     np.testing.assert_array_equal(x.T.value, data.T)

@@ -11,7 +11,8 @@ from autodiff import numerical
 def test_derivative_of_a_cubic(method):
     tolerance = 1e-9 if method == "central" else 1e-6
     assert numerical.derivative(lambda x: x**3, 2.0, method=method) == pytest.approx(
-        12.0, rel=tolerance)
+        12.0, rel=tolerance
+    )
 
 
 def test_central_beats_forward_at_their_default_steps():
@@ -23,8 +24,7 @@ def test_central_beats_forward_at_their_default_steps():
 
 def test_gradient_of_an_array_function():
     x = np.array([[1.0, -2.0], [0.5, 3.0]])
-    np.testing.assert_allclose(numerical.gradient(lambda v: (v**3).sum(), x), 3 * x**2,
-                               rtol=1e-8)
+    np.testing.assert_allclose(numerical.gradient(lambda v: (v**3).sum(), x), 3 * x**2, rtol=1e-8)
 
 
 def test_unknown_method_is_refused():

@@ -4,6 +4,8 @@ import pathlib
 import re
 import tomllib
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -40,3 +42,12 @@ def test_generated_paths_are_ignored():
     ignored = (ROOT / ".gitignore").read_text().split()
     for path in (".venv/", "submitted/", "autograded/", "feedback/", "gradebook.db"):
         assert path in ignored
+
+
+def test_the_readme_tour_runs():
+    readme = (ROOT / "README.md").read_text()
+    tour = readme.split("## A tour of the API", 1)[1].split("```python", 1)[1].split("```")[0]
+    namespace = {}
+    exec(compile(tour, "README.md (tour)", "exec"), namespace)
+    assert float(namespace["dy"].value) == pytest.approx(0.0770037537)
+    assert namespace["dw_value"].shape == (3, 2)

@@ -191,4 +191,3 @@ def broadcast_like(g, like, axis=None) -> Node:
 def reshape_like(g, like) -> Node:
     """``g`` reshaped to ``like``'s shape."""
     return ReshapeLike.apply(g, like)
-
