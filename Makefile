@@ -21,8 +21,11 @@ $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[$*]"
 	@touch $@
 
+# Jupyter refuses to start as root (containers, CI) unless told it is deliberate.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: $(VENV)/.installed-course
-	$(BIN)/jupyter lab
+	$(BIN)/jupyter lab $(ALLOW_ROOT)
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest

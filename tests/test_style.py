@@ -1,0 +1,28 @@
+"""The code reads one way: ruff's lint rules and formatter (STYLE.md, point 13)."""
+
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PATHS = ["autodiff", "tests", "benchmarks"]
+
+
+def ruff(*args):
+    executable = shutil.which("ruff", path=str(pathlib.Path(sys.executable).parent))
+    if executable is None:
+        pytest.skip("ruff is not installed (it comes with the dev extra: pip install -e .[dev])")
+    return subprocess.run([executable, *args, *PATHS], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_ruff_check_is_clean():
+    result = ruff("check", "--output-format", "concise")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_code_is_ruff_formatted():
+    result = ruff("format", "--check")
+    assert result.returncode == 0, "run `make format`:\n" + result.stdout
