@@ -8,12 +8,12 @@
 0.077
 """
 
-from . import backend, functional, graph, numerical, ops
+from . import backend, executor, functional, graph, numerical, ops
+from .executor import Executor, evaluate
 from .functional import grad, jvp, value_and_grad, vjp
 from .gradients import gradients, jvp_graph
 from .graph import (
     DTypeError,
-    Executor,
     Node,
     Op,
     ShapeError,
@@ -21,7 +21,6 @@ from .graph import (
     as_node,
     constant,
     deferred,
-    evaluate,
     find_topo_sort,
     tensor,
 )
@@ -44,6 +43,7 @@ __all__ = [
     "constant",
     "deferred",
     "evaluate",
+    "executor",
     "find_topo_sort",
     "functional",
     "grad",

@@ -49,7 +49,7 @@ def namespace(*arrays: Any):
     'numpy'
     """
     for x in arrays:
-        if type(x).__module__.startswith("cupy"):
+        if type(x) is not np.ndarray and type(x).__module__.startswith("cupy"):
             return _import_cupy()
     return np
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import backend
-from .graph import Constant, DTypeError, Node, as_node, deferred, fill_values, find_topo_sort
+from .executor import fill_values
+from .graph import Constant, DTypeError, Node, as_node, deferred, find_topo_sort
 from .ops import ones_like, sum_to_like, zeros_like
 
 
@@ -44,8 +45,13 @@ def _depends_on(topo_order: Sequence[Node], wrt: Sequence[Node]) -> set[Node]:
     sources = {x for x in wrt if x.op is not Constant._instance}
     depends: set[Node] = set()
     for node in topo_order:
-        if node in sources or any(x in depends for x in node.inputs):
+        if node in sources:
             depends.add(node)
+            continue
+        for x in node.inputs:
+            if x in depends:
+                depends.add(node)
+                break
     return depends
 
 
@@ -54,6 +60,17 @@ def _sum_contributions(parts: list[Node]) -> Node:
     for part in parts[1:]:
         total = total + part
     return total
+
+
+def _input_gradients(node: Node, output_grad: Node) -> list[Node | None]:
+    """The op's gradient rule, checked to give one Node (or None) per input."""
+    input_grads = node.op.gradient(node, output_grad)
+    if len(input_grads) != len(node.inputs):
+        raise TypeError(
+            f"{type(node.op).__name__}.gradient returned {len(input_grads)} gradients for "
+            f"{len(node.inputs)} inputs: return one Node (or None) per input, in order."
+        )
+    return input_grads
 
 
 def _reverse_pass(output: Node, wrt: list[Node], output_grad: Node) -> list[Node]:
@@ -68,12 +85,7 @@ def _reverse_pass(output: Node, wrt: list[Node], output_grad: Node) -> list[Node
         adjoint[node] = _sum_contributions(parts)
         if node.op.is_leaf:
             continue
-        input_grads = node.op.gradient(node, adjoint[node])
-        if len(input_grads) != len(node.inputs):
-            raise TypeError(
-                f"{type(node.op).__name__}.gradient returned {len(input_grads)} gradients for "
-                f"{len(node.inputs)} inputs: return one Node (or None) per input, in order."
-            )
+        input_grads = _input_gradients(node, adjoint[node])
         for index, (x, grad) in enumerate(zip(node.inputs, input_grads, strict=True)):
             if grad is None or x not in on_path or index in node.op.shape_inputs:
                 continue

@@ -1,4 +1,4 @@
-"""Computation graphs: nodes, ops, and running them.
+"""Computation graphs: nodes and ops.
 
 A program is a graph. Each ``Node`` is the output of one ``Op`` applied to input
 nodes; leaves are placeholders (``Variable``), tensors with a value (``tensor``) and
@@ -7,7 +7,7 @@ constants. The same nodes serve two styles of programming:
 * imperative (define-by-run, like PyTorch): when every input of a new node has a
   value, the node computes its value at once;
 * symbolic (define-then-run, like TensorFlow 1): when some input has no value yet, the
-  node waits until an ``Executor`` runs the graph with a ``feed_dict``.
+  node waits until an ``Executor`` (executor.py) runs the graph with a ``feed_dict``.
 
 Gradients are built as more nodes (see ``gradients.py``), so everything here works on
 them too.
@@ -35,6 +35,7 @@ class DTypeError(TypeError):
 # meanwhile are recorded in creation order, which is a topological order.
 _eager = True
 _built: list = []
+_FLOAT64 = backend.float_dtype("float64")  # the dtype check's default for Python numbers
 
 
 @contextmanager
@@ -91,7 +92,7 @@ class Node:
     @property
     def shape(self) -> tuple[int, ...] | None:
         if self.value is not None:
-            return () if backend.is_weak_scalar(self.value) else tuple(self.value.shape)
+            return getattr(self.value, "shape", ())  # () for a Python number
         return self.attrs.get("shape") if self.op.is_leaf else None
 
     @property
@@ -240,20 +241,26 @@ class Op:
 
     def run(self, input_vals: Sequence[Any], attrs: dict) -> Any:
         """``compute`` with the checks that turn NumPy errors into readable ones."""
-        for i, value in enumerate(input_vals):
-            dtype = getattr(value, "dtype", None)
-            if dtype is not None and dtype.kind not in "fc" and i not in self.any_dtype_inputs:
-                raise DTypeError(
-                    f"{self.name}: input {i} has dtype {dtype}, but {self.name} is "
-                    f"differentiable and needs floating-point inputs. Convert it "
-                    f"explicitly, e.g. ad.tensor(data, dtype='float64') or 'float32'."
-                )
+        for value in input_vals:
+            if getattr(value, "dtype", _FLOAT64).kind not in "fc":
+                self._check_dtypes(input_vals)
+                break
         try:
             return self.compute(*input_vals, **attrs)
         except Exception as exc:
             if isinstance(exc, (ShapeError, DTypeError)) or str(exc).startswith(f"{self.name}:"):
                 raise  # already written for a student
             raise self.explain(exc, input_vals, attrs) from exc
+
+    def _check_dtypes(self, input_vals: Sequence[Any]) -> None:
+        for i, value in enumerate(input_vals):
+            dtype = getattr(value, "dtype", _FLOAT64)
+            if dtype.kind not in "fc" and i not in self.any_dtype_inputs:
+                raise DTypeError(
+                    f"{self.name}: input {i} has dtype {dtype}, but {self.name} is "
+                    f"differentiable and needs floating-point inputs. Convert it "
+                    f"explicitly, e.g. ad.tensor(data, dtype='float64') or 'float32'."
+                )
 
     def explain(self, exc: Exception, input_vals: Sequence[Any], attrs: dict) -> Exception:
         """Turn an error from ``compute`` into one that names the op and its inputs."""
@@ -323,6 +330,7 @@ def Variable(name: str, shape: Sequence[int | None] | None = None, dtype=None) -
 
     ``shape`` may use ``None`` for a dimension of any size (a batch, say).
 
+    >>> from autodiff import evaluate
     >>> x = Variable("x", shape=(None, 3))
     >>> evaluate(2 * x, {x: [[1.0, 2.0, 3.0]]})
     array([[2., 4., 6.]])
@@ -394,174 +402,6 @@ def find_topo_sort(nodes: Iterable[Node], descend: Callable[[Node], bool] | None
                 stack.pop()
                 topo_order.append(node)
     return topo_order
-
-
-def _last_uses(topo_order: Sequence[Node], keep: set[Node]) -> list[list[Node]]:
-    """For each step, the nodes whose value is not needed after it (so it can be freed)."""
-    last_step: dict[Node, int] = {}
-    for step, node in enumerate(topo_order):
-        for x in node.inputs:
-            last_step[x] = step
-    release: list[list[Node]] = [[] for _ in topo_order]
-    for x, step in last_step.items():
-        if x not in keep:
-            release[step].append(x)
-    return release
-
-
-def _execute(topo_order, values: dict, release) -> dict:
-    """Compute every node of ``topo_order`` missing from ``values``, freeing as we go."""
-    for step, node in enumerate(topo_order):
-        if node not in values:
-            if node.op.is_leaf:
-                values[node] = _leaf_value(node, topo_order)
-            else:
-                input_vals = [values[x] for x in node.inputs]
-                values[node] = node.op.run(input_vals, node.attrs)
-        for x in release[step]:
-            values.pop(x, None)
-    return values
-
-
-def _leaf_value(node: Node, topo_order) -> Any:
-    if node.value is None:
-        names = sorted({n.name for n in topo_order if n.op is Placeholder._instance})
-        raise ValueError(
-            f"Placeholder '{node.name}' has no value. Put it in the feed: "
-            f"ad.evaluate(output, {{{node.name}: array}}) or "
-            f"Executor(outputs).run({{{node.name}: array}}). Placeholders here: {names}."
-        )
-    return node.value
-
-
-class Executor:
-    """Runs a graph: ``Executor(nodes).run(feed_dict) -> list of arrays``.
-
-    Nodes are evaluated in topological order; an intermediate value is freed as soon as
-    its last consumer has run. ``feed_dict`` maps nodes (or their names) to arrays and may
-    override any leaf: this is how one graph is run on many inputs.
-
-    >>> x = Variable("x")
-    >>> [float(v) for v in Executor([x * x, x + 1]).run({x: 3.0})]
-    [9.0, 4.0]
-    """
-
-    def __init__(self, nodes: Node | Sequence[Node]):
-        self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
-        for node in self.nodes:
-            if not isinstance(node, Node):
-                raise TypeError(f"Executor takes Nodes, got {type(node).__name__}: {node!r}")
-        self.topo_order = find_topo_sort(self.nodes)
-        self._release = _last_uses(self.topo_order, set(self.nodes))
-
-    def run(self, feed_dict: dict | None = None) -> list:
-        values = self._feed_values(feed_dict or {})
-        topo_order, release = self.topo_order, self._release
-        if any(not node.op.is_leaf for node in values):
-            # A fed intermediate node: its inputs need not (and may not) be computed.
-            topo_order = find_topo_sort(self.nodes, descend=lambda n: n not in values)
-            release = _last_uses(topo_order, set(self.nodes))
-        _execute(topo_order, values, release)
-        return [values[node] for node in self.nodes]
-
-    def _feed_values(self, feed_dict: dict) -> dict:
-        by_name: dict[str, list[Node]] = {}
-        for node in self.topo_order:
-            if node.op.is_leaf and node.op is not Constant._instance:
-                by_name.setdefault(node.name, []).append(node)
-        values = {}
-        for key, data in feed_dict.items():
-            node = self._resolve(key, by_name)
-            values[node] = _check_feed(node, data)
-        return values
-
-    @staticmethod
-    def _resolve(key, by_name: dict[str, list[Node]]) -> Node:
-        if isinstance(key, Node):
-            return key
-        if isinstance(key, str):
-            found = by_name.get(key, [])
-            if len(found) == 1:
-                return found[0]
-            if not found:
-                raise KeyError(
-                    f"feed_dict names '{key}', but the graph has no leaf of that "
-                    f"name. Leaves: {sorted(by_name)}."
-                )
-            raise KeyError(
-                f"feed_dict names '{key}', but {len(found)} leaves have that name: "
-                f"use the node itself as the key."
-            )
-        raise TypeError(f"feed_dict keys must be Nodes or names, got {type(key).__name__}.")
-
-
-def _check_feed(node: Node, data) -> Any:
-    """The array fed for ``node``, in its declared dtype, checked against its shape."""
-    if node.op is not Placeholder._instance:
-        return data if backend.is_weak_scalar(data) else backend.asarray(data)
-    value = backend.asarray(data, dtype=node.attrs.get("dtype"))
-    declared = node.attrs.get("shape")
-    if declared is not None:
-        fits = len(declared) == value.ndim and all(
-            d is None or d == s for d, s in zip(declared, value.shape, strict=True)
-        )
-        if not fits:
-            raise ShapeError(
-                f"Placeholder '{node.name}' was declared with shape {declared} but was fed "
-                f"an array of shape {tuple(value.shape)}. Feed a matching array, or declare "
-                f"the placeholder with None for dimensions that vary."
-            )
-    return value
-
-
-def evaluate(nodes: Node | Sequence[Node], feed_dict: dict | None = None):
-    """Evaluate one node (returns an array) or several (returns a list).
-
-    >>> x = Variable("x")
-    >>> float(evaluate(x ** 2, {"x": 4.0}))
-    16.0
-    """
-    if isinstance(nodes, Node):
-        return Executor([nodes]).run(feed_dict)[0]
-    return Executor(nodes).run(feed_dict)
-
-
-def fill_values(nodes: Sequence[Node], built: Sequence[Node] = ()) -> None:
-    """Compute the missing values of ``nodes`` from the values already in the graph.
-
-    Used after building a gradient graph with ``deferred()``: only nodes that the
-    results need are computed, and intermediate values are freed as soon as possible.
-    ``built`` (the nodes ``deferred()`` recorded) saves a topological sort.
-    """
-    if built and _fill_from_built(nodes, built):
-        return
-    topo_order = find_topo_sort(nodes, descend=lambda n: n.value is None)
-    values = {n: n.value for n in topo_order if n.value is not None}
-    release = _last_uses(topo_order, set(nodes))
-    _execute(topo_order, values, release)
-    for node in nodes:
-        node.value = values[node]
-
-
-def _fill_from_built(nodes: Sequence[Node], built: Sequence[Node]) -> bool:
-    """``fill_values`` in the creation order of ``built``; False if that is not enough."""
-    built_set = set(built)
-    needed = set(nodes)
-    for node in reversed(built):
-        if node in needed:
-            for x in node.inputs:
-                if x.value is None:
-                    if x not in built_set:
-                        return False  # a symbolic node from elsewhere: sort properly
-                    needed.add(x)
-    order = [node for node in built if node in needed]
-    release = _last_uses(order, set(nodes))
-    for step, node in enumerate(order):
-        node.value = node.op.run([x.value for x in node.inputs], node.attrs)
-        for x in release[step]:
-            if x in needed:
-                x.value = None  # an intermediate adjoint: free it
-    return True
 
 
 from . import ops  # noqa: E402  (the operators above call the op functions)

@@ -14,33 +14,39 @@ from .reductions import count, log_softmax, logsumexp_values, softmax, sum
 from .shape import shape_of
 
 
-def one_hot_values(labels, logits):
-    """Class probabilities from ``labels``: class indices become one-hot rows."""
-    xp = namespace(logits)
-    classes = logits.shape[-1]
+def check_labels(labels, logits) -> None:
+    """Raise a readable error unless ``labels`` fit ``logits`` (indices or probabilities)."""
+    classes, rows_shape = logits.shape[-1], shape_of(logits)[:-1]
     if labels.dtype.kind in "iu":
-        if shape_of(labels) != shape_of(logits)[:-1]:
+        if shape_of(labels) != rows_shape:
             raise ShapeError(
                 f"softmax_cross_entropy: class-index labels of shape {shape_of(labels)} do "
                 f"not match logits of shape {shape_of(logits)}: give one index per row, "
-                f"shape {shape_of(logits)[:-1]}, or probabilities of shape {shape_of(logits)}."
+                f"shape {rows_shape}, or probabilities of shape {shape_of(logits)}."
             )
         if labels.size and (labels.min() < 0 or labels.max() >= classes):
             raise ValueError(
                 f"softmax_cross_entropy: class indices must lie in [0, {classes}), got "
                 f"values from {int(labels.min())} to {int(labels.max())}."
             )
-        return (labels[..., None] == xp.arange(classes)).astype(logits.dtype)
-    if labels.dtype.kind != "f":
+    elif labels.dtype.kind != "f":
         raise DTypeError(
             f"softmax_cross_entropy: labels must be integer class indices or float "
             f"probabilities, got dtype {labels.dtype}."
         )
-    if shape_of(labels) != shape_of(logits):
+    elif shape_of(labels) != shape_of(logits):
         raise ShapeError(
             f"softmax_cross_entropy: probability labels of shape {shape_of(labels)} do not "
             f"match logits of shape {shape_of(logits)}."
         )
+
+
+def one_hot_values(labels, logits):
+    """Class probabilities from ``labels``: class indices become one-hot rows."""
+    check_labels(labels, logits)
+    if labels.dtype.kind in "iu":
+        xp = namespace(logits)
+        return (labels[..., None] == xp.arange(logits.shape[-1])).astype(logits.dtype)
     return labels.astype(logits.dtype, copy=False)
 
 
@@ -77,15 +83,13 @@ class SoftmaxCrossEntropy(Op):
     integer_inputs = (1,)
 
     def compute(self, logits, labels):
+        check_labels(labels, logits)
         rows = logits.size // logits.shape[-1]
-        if labels.dtype.kind in "iu":
-            one_hot_values(labels, logits)  # checks shape and range
-            log_probs = logits - logsumexp_values(logits, -1, keepdims=True)
+        log_probs = logits - logsumexp_values(logits, -1, keepdims=True)
+        if labels.dtype.kind in "iu":  # pick each row's log-probability of its class
             picked = namespace(logits).take_along_axis(log_probs, labels[..., None], axis=-1)
             return -picked.sum() / rows
-        probs = one_hot_values(labels, logits)
-        log_probs = logits - logsumexp_values(logits, -1, keepdims=True)
-        return -(probs * log_probs).sum() / rows
+        return -(labels * log_probs).sum() / rows
 
     def gradient(self, node, output_grad):
         logits, labels = node.inputs
