@@ -190,18 +190,9 @@ def _fill_from_built(nodes: Sequence[Node], built: Sequence[Node]) -> bool:
                         return False  # a symbolic node from elsewhere: sort properly
                     needed.add(x)
     order = [node for node in built if node in needed]
-    last_use: dict[Node, int] = {}
-    for step, node in enumerate(order):
-        for x in node.inputs:
-            if x in needed:
-                last_use[x] = step
-    frees: list[list[Node]] = [[] for _ in order]
-    targets = set(nodes)
-    for x, step in last_use.items():
-        if x not in targets:
-            frees[step].append(x)
-    for step, node in enumerate(order):
+    steps, _ = schedule(order, set(nodes))
+    for node, _, frees in steps:
         node.value = node.op.run([x.value for x in node.inputs], node.attrs)
-        for x in frees[step]:
-            x.value = None  # an intermediate adjoint: free it
+        for j in frees:
+            order[j].value = None  # an intermediate adjoint: free it
     return True

@@ -29,7 +29,7 @@ def default_step(x, method: str = "central", dtype="float64") -> float:
     """The step that balances truncation and rounding error, scaled to |x|."""
     eps = _EPS.get(str(dtype), _EPS["float64"])
     power = 1 / 3 if method == "central" else 1 / 2
-    scale = max(1.0, float(abs(backend.to_numpy(x)).max()) if backend.asarray(x).size else 1.0)
+    scale = max(1.0, float(abs(backend.to_numpy(x)).max(initial=0.0)))
     return eps**power * scale
 
 
@@ -55,7 +55,7 @@ def gradient(f: Callable, x, h: float | None = None):
     >>> gradient(lambda v: (v**2).sum(), [1.0, 2.0]).round(6).tolist()
     [2.0, 4.0]
     """
-    x = backend.asarray(x, dtype="float64")
+    x = backend.asarray(x, dtype="float64", copy=True)  # perturbed below: never the caller's
     h = default_step(x) if h is None else h
     grad = x * 0
     flat_x, flat_grad = x.reshape(-1), grad.reshape(-1)

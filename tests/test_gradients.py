@@ -193,3 +193,14 @@ def test_only_needed_gradient_nodes_are_computed(monkeypatch):
     (dw,) = ad.gradients(y, [w])
     assert len(calls) == 2, f"matmuls computed for inputs of shapes {calls}"
     np.testing.assert_array_equal(dw.value, [[2.0], [2.0], [2.0]])
+
+
+def test_imperative_gradients_keep_only_the_requested_values():
+    # Intermediate adjoints are freed once used (memory), the results keep their values.
+    x = ad.tensor(np.linspace(0.1, 1.0, 5))
+    y = ad.exp(ad.sin(x) * x).sum()
+    (dx,) = ad.gradients(y, [x])
+    forward = set(ad.find_topo_sort([y]))
+    intermediates = [n for n in ad.find_topo_sort([dx]) if n not in forward and n is not dx]
+    assert intermediates and all(n.value is None for n in intermediates)
+    np.testing.assert_allclose(dx.value, ad.evaluate(dx))

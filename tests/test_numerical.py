@@ -107,3 +107,14 @@ def test_check_grads_in_float32_uses_the_looser_tolerance():
 def test_check_grads_refuses_integer_arguments():
     with pytest.raises(TypeError, match="floating"):
         ad.check_grads(ad.sin, [np.array([1, 2])])
+
+
+def test_gradient_leaves_the_callers_array_alone_even_when_f_fails():
+    x = np.array([1.0, 2.0])
+
+    def failing(v):
+        raise RuntimeError("f broke")
+
+    with pytest.raises(RuntimeError):
+        numerical.gradient(failing, x)
+    np.testing.assert_array_equal(x, [1.0, 2.0])
