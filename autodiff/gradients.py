@@ -12,12 +12,31 @@ order, through each op's ``jvp`` rule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from . import backend
 from .executor import fill_values
 from .graph import Constant, DTypeError, Node, as_node, deferred, find_topo_sort
 from .ops import ones_like, sum_to_like, zeros_like
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while a transform builds thousands of nodes.
+
+    Graphs are acyclic, so reference counting frees them without the collector. Its
+    scans, triggered by every few hundred new objects, would walk the whole heap: in a
+    process that has imported PyTorch this doubled the time of a backward pass.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _check_nodes(function: str, output, wrt) -> list[Node]:
@@ -123,13 +142,30 @@ def gradients(output: Node, wrt: Sequence[Node], output_grad=None) -> list[Node]
     imperative = output.value is not None and (output_grad is None or output_grad.value is not None)
     # Build the whole gradient graph first, then compute only what the results need:
     # a rule may build gradients for inputs nobody asked about (d input in a first layer).
-    with deferred() as built:
-        if output_grad is None:
-            output_grad = ones_like(output)
-        grads = _reverse_pass(output, wrt, output_grad)
-    if imperative:
-        fill_values(grads, built)
+    with _collector_paused():
+        with deferred() as built:
+            if output_grad is None:
+                output_grad = ones_like(output)
+            grads = _reverse_pass(output, wrt, output_grad)
+        if imperative:
+            fill_values(grads, built)
     return grads
+
+
+def _forward_pass(output: Node, tangent: dict[Node, Node]) -> Node:
+    for node in find_topo_sort([output]):
+        if node in tangent or node.op.is_leaf:
+            continue
+        input_tangents = [tangent.get(x) for x in node.inputs]
+        if all(t is None for t in input_tangents):
+            continue  # nothing here depends on wrt
+        for i, x in enumerate(node.inputs):
+            if input_tangents[i] is None and i not in node.op.any_dtype_inputs:
+                input_tangents[i] = zeros_like(x)
+        result = node.op.jvp(node, *input_tangents)
+        if result is not None:
+            tangent[node] = result
+    return tangent[output] if output in tangent else zeros_like(output)
 
 
 def jvp_graph(output: Node, wrt: Sequence[Node], tangents: Sequence) -> Node:
@@ -146,20 +182,9 @@ def jvp_graph(output: Node, wrt: Sequence[Node], tangents: Sequence) -> Node:
         raise ValueError(f"jvp_graph: {len(wrt)} inputs but {len(tangents)} tangents.")
     tangent = {x: as_node(t) for x, t in zip(wrt, tangents, strict=True)}
     imperative = output.value is not None and all(t.value is not None for t in tangent.values())
-    for node in find_topo_sort([output]):
-        if node in tangent or node.op.is_leaf:
-            continue
-        input_tangents = [tangent.get(x) for x in node.inputs]
-        if all(t is None for t in input_tangents):
-            continue  # nothing here depends on wrt
-        for i, x in enumerate(node.inputs):
-            if input_tangents[i] is None and i not in node.op.any_dtype_inputs:
-                input_tangents[i] = zeros_like(x)
-        result = node.op.jvp(node, *input_tangents)
-        if result is not None:
-            tangent[node] = result
-    result = tangent[output] if output in tangent else zeros_like(output)
-    if imperative and result.value is None:
-        # Tangent rules may read nodes of a gradient graph whose values were not kept.
-        fill_values([result])
+    with _collector_paused():
+        result = _forward_pass(output, tangent)
+        if imperative and result.value is None:
+            # Tangent rules may read nodes of a gradient graph whose values were not kept.
+            fill_values([result])
     return result

@@ -204,3 +204,33 @@ def test_imperative_gradients_keep_only_the_requested_values():
     intermediates = [n for n in ad.find_topo_sort([dx]) if n not in forward and n is not dx]
     assert intermediates and all(n.value is None for n in intermediates)
     np.testing.assert_allclose(dx.value, ad.evaluate(dx))
+
+
+def test_gradients_leave_the_garbage_collector_as_they_found_it():
+    import gc
+
+    x = ad.tensor(2.0)
+    assert gc.isenabled()
+    ad.gradients(x * x, [x])
+    assert gc.isenabled()
+    with pytest.raises(TypeError):
+        ad.gradients(x * x, x)  # fails before any work
+
+    class Broken(ad.Op, register=False):
+        """Y = X, with a gradient rule that fails."""
+
+        def compute(self, x):
+            return x
+
+        def gradient(self, node, output_grad):
+            raise RuntimeError("rule failed")
+
+    with pytest.raises(RuntimeError, match="rule failed"):
+        ad.gradients(Broken.apply(x), [x])  # fails inside the reverse pass
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        ad.gradients(x * x, [x])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
