@@ -1,6 +1,6 @@
 # The kit's commands. Everything runs inside .venv, made once from any Python >= 3.11.
 #   make lab    open the course in JupyterLab        make test   run every test
-#   make bench  run the speed comparisons             make lint   ruff check + format check
+#   make bench  run the speed comparisons             make lint   ruff + mypy
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -36,9 +36,10 @@ bench: $(VENV)/.installed-bench
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check autodiff tests benchmarks
 	$(BIN)/ruff format --check autodiff tests benchmarks
+	$(BIN)/mypy
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff format autodiff tests benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache .mypy_cache

@@ -55,7 +55,7 @@ def run_schedule(steps: Sequence[Step], values: list) -> list:
 
 def _leaf_value(node: Node, steps: Sequence[Step]) -> Any:
     if node.value is None:
-        names = sorted({n.name for n, _, _ in steps if n.op is Placeholder._instance})
+        names = sorted({n.name for n, _, _ in steps if isinstance(n.op, Placeholder)})
         raise ValueError(
             f"Placeholder '{node.name}' has no value. Put it in the feed: "
             f"ad.evaluate(output, {{{node.name}: array}}) or "
@@ -102,7 +102,7 @@ class Executor:
     def _feed_values(self, feed_dict: dict) -> dict:
         by_name: dict[str, list[Node]] = {}
         for node in self.topo_order:
-            if node.op.is_leaf and node.op is not Constant._instance:
+            if node.op.is_leaf and not isinstance(node.op, Constant):
                 by_name.setdefault(node.name, []).append(node)
         return {
             _resolve(key, by_name): _check_feed(key, data, by_name)
@@ -132,7 +132,7 @@ def _resolve(key, by_name: dict[str, list[Node]]) -> Node:
 def _check_feed(key, data, by_name) -> Any:
     """The array fed for a node, in its declared dtype, checked against its shape."""
     node = _resolve(key, by_name)
-    if node.op is not Placeholder._instance:
+    if not isinstance(node.op, Placeholder):
         return data if backend.is_weak_scalar(data) else backend.asarray(data)
     value = backend.asarray(data, dtype=node.attrs.get("dtype"))
     declared = node.attrs.get("shape")

@@ -44,7 +44,7 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     (5.0, array([2., 4.]))
     """
     several = not isinstance(argnums, int)
-    positions = tuple(argnums) if several else (argnums,)
+    positions = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
     def value_and_grad_f(*args):
         out, leaves = _call(f, args, positions)

@@ -61,7 +61,7 @@ def _check_nodes(function: str, output, wrt) -> list[Node]:
 
 def _depends_on(topo_order: Sequence[Node], wrt: Sequence[Node]) -> set[Node]:
     """The nodes whose value changes when some node in ``wrt`` changes."""
-    sources = {x for x in wrt if x.op is not Constant._instance}
+    sources = {x for x in wrt if not isinstance(x.op, Constant)}
     depends: set[Node] = set()
     for node in topo_order:
         if node in sources:

@@ -204,6 +204,7 @@ class Op:
     """
 
     registry: ClassVar[dict[str, type[Op]]] = {}
+    _instance: ClassVar[Op]  # ops hold no state: one instance per class serves every node
     name: ClassVar[str] = "op"
     is_leaf: ClassVar[bool] = False
     # True for ops that broadcast their inputs (add, mul, matmul's batch axes...): the

@@ -1,4 +1,5 @@
-"""The code reads one way: ruff's lint rules and formatter (STYLE.md, point 13)."""
+"""The code reads one way: ruff's lint rules and formatter, and mypy on the package
+(STYLE.md, point 13)."""
 
 import pathlib
 import shutil
@@ -11,11 +12,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PATHS = ["autodiff", "tests", "benchmarks"]
 
 
-def ruff(*args):
-    executable = shutil.which("ruff", path=str(pathlib.Path(sys.executable).parent))
+def tool(name, *args):
+    executable = shutil.which(name, path=str(pathlib.Path(sys.executable).parent))
     if executable is None:
-        pytest.skip("ruff is not installed (it comes with the dev extra: pip install -e .[dev])")
-    return subprocess.run([executable, *args, *PATHS], cwd=ROOT, capture_output=True, text=True)
+        pytest.skip(f"{name} is not installed (it comes with the dev extra: pip install -e .[dev])")
+    return subprocess.run([executable, *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def ruff(*args):
+    return tool("ruff", *args, *PATHS)
 
 
 def test_ruff_check_is_clean():
@@ -26,3 +31,8 @@ def test_ruff_check_is_clean():
 def test_code_is_ruff_formatted():
     result = ruff("format", "--check")
     assert result.returncode == 0, "run `make format`:\n" + result.stdout
+
+
+def test_the_package_type_checks():
+    result = tool("mypy")  # settings in pyproject.toml: the autodiff package
+    assert result.returncode == 0, result.stdout + result.stderr
