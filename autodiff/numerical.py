@@ -1,10 +1,17 @@
 """Numerical differentiation, and checking analytic derivatives against it.
 
 Finite differences need only evaluations of f, which is why they are the referee for
-every gradient rule in this library. They are approximate: a step ``h`` that is too big
-leaves truncation error, one that is too small drowns in rounding error. The default
-steps balance the two: about eps**(1/2) for one-sided differences (error O(h)) and
-eps**(1/3) for central ones (error O(h**2)), scaled to the size of x.
+every gradient rule in this library. They are approximate, and the lecture's point is
+*why*: a big step ``h`` leaves truncation error (O(h) one-sided, O(h**2) central), a
+small one drowns in rounding error, because f(x + h) - f(x) subtracts two nearly equal
+numbers and cancels their leading digits (error about eps / h). The default steps
+balance the two: about eps**(1/2) for one-sided differences and eps**(1/3) for central
+ones, scaled to the size of x. ``error_curve`` measures the whole trade-off.
+
+The complex step f'(x) = Im f(x + ih) / h has no subtraction, hence no cancellation:
+h = 1e-20 gives f' to rounding level for any real-analytic f written with functions
+that accept complex numbers. It shows that the trouble with differences is the
+difference, not the step.
 
 ``check_grads`` compares reverse mode (``gradients``) and forward mode (``jvp_graph``)
 with central differences along random directions, as HIPS autograd does.
@@ -13,6 +20,7 @@ with central differences along random directions, as HIPS autograd does.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from . import backend
 from .gradients import gradients, jvp_graph
@@ -21,53 +29,173 @@ from .ops import sum
 
 # Named tolerances (rtol, atol) for check_grads, by dtype.
 TOLERANCES = {"float64": (1e-5, 1e-7), "float32": (2e-2, 2e-3)}
-_METHODS = ("forward", "backward", "central")
+METHODS = ("forward", "backward", "central", "complex")
 _EPS = {"float64": 2.220446049250313e-16, "float32": 1.1920929e-07}  # machine epsilon
+_COMPLEX_STEP = 1e-20  # far below eps: the complex step has no cancellation to fear
 
 
 def default_step(x, method: str = "central", dtype="float64") -> float:
-    """The step that balances truncation and rounding error, scaled to |x|."""
+    """The step that balances truncation and rounding error, scaled to max(1, |x|).
+
+    One-sided differences err by about h |f''| / 2 + eps |f| / h, smallest near
+    h = eps**(1/2); central ones by about h**2 |f'''| / 6 + eps |f| / h, smallest near
+    h = eps**(1/3). Scaling by |x| keeps x + h a different number from x when x is large.
+
+    >>> f"{default_step(1.0, 'forward'):.1e}, {default_step(1.0, 'central'):.1e}"
+    '1.5e-08, 6.1e-06'
+    """
+    _check_method("default_step", method)
+    scale = max(1.0, float(abs(backend.to_numpy(x)).max(initial=0.0)))
+    if method == "complex":
+        return _COMPLEX_STEP * scale
     eps = _EPS.get(str(dtype), _EPS["float64"])
     power = 1 / 3 if method == "central" else 1 / 2
-    scale = max(1.0, float(abs(backend.to_numpy(x)).max(initial=0.0)))
     return eps**power * scale
 
 
-def derivative(f: Callable, x: float, h: float | None = None, method: str = "central") -> float:
-    """f'(x) for a scalar function by finite differences.
+def _check_method(caller: str, method: str) -> None:
+    if method not in METHODS:
+        raise ValueError(f"{caller}: method must be one of {METHODS}, got {method!r}.")
+
+
+def _complex_step(f: Callable, x, h: float):
+    """Im f(x + ih) / h, refusing functions that drop the imaginary part."""
+    try:
+        value = f(x + 1j * h)
+    except TypeError as exc:
+        raise TypeError(
+            "derivative(method='complex') calls f with a complex number, and f refused it "
+            f"({exc}). Write f with functions that accept complex input (numpy or cmath, "
+            "not math), or use method='central'."
+        ) from exc
+    if getattr(backend.asarray(value).dtype, "kind", "") != "c":
+        raise TypeError(
+            "derivative(method='complex'): f(x + ih) came back real, so the step was lost "
+            "(abs, comparisons, max, float() or .real inside f do that). Use method='central'."
+        )
+    return value.imag / h
+
+
+def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
+    """f'(x) by finite differences (or the complex step) for a scalar function.
+
+    ``x`` may also be an array when f acts elementwise; then every entry is stepped at
+    once and the result holds each entry's derivative. ``f`` may return an array: the
+    result is then the derivative of each output along the step.
 
     >>> round(derivative(lambda x: x**3, 2.0), 6)
     12.0
+    >>> derivative(lambda x: x**3, 2.0, method="complex")   # exact, h = 2e-20
+    12.0
     """
-    if method not in _METHODS:
-        raise ValueError(f"derivative: method must be one of {_METHODS}, got {method!r}.")
+    _check_method("derivative", method)
     h = default_step(x, method) if h is None else h
     if method == "forward":
         return (f(x + h) - f(x)) / h
     if method == "backward":
         return (f(x) - f(x - h)) / h
+    if method == "complex":
+        return _complex_step(f, x, h)
     return (f(x + h) - f(x - h)) / (2 * h)
 
 
-def gradient(f: Callable, x, h: float | None = None):
-    """The gradient of a scalar function of an array, one central difference per entry.
+def jacobian(f: Callable, x, h: float | None = None, method: str = "central"):
+    """The Jacobian of f at an array x, one column of differences per entry of x.
+
+    The result has shape ``f(x).shape + x.shape``: entry [i, j] is d f_i / d x_j.
+    Each entry is stepped by its own default step, so the cost is one or two
+    evaluations of f per input entry, the price numerical differences pay.
+
+    >>> jacobian(lambda v: v[::-1] * v[0], [1.0, 2.0]).round(6).tolist()
+    [[2.0, 1.0], [2.0, 0.0]]
+    """
+    _check_method("jacobian", method)
+    x = backend.asarray(x, dtype="float64" if backend.dtype_of(x) is None else None)
+    if x.dtype.kind != "f":
+        x = x.astype("float64")
+    xp = backend.namespace(x)
+    flat_x = x.reshape(-1)
+    columns = []
+    for i in range(flat_x.size):
+        step = default_step(flat_x[i], method, x.dtype) if h is None else h
+        e_i = xp.zeros_like(flat_x)
+        e_i[i] = 1
+
+        def along_entry(t, e_i=e_i):  # f(x + t e_i): complex when t is
+            return backend.asarray(f((flat_x + t * e_i).reshape(x.shape)))
+
+        columns.append(derivative(along_entry, 0.0, step, method))
+    out_shape = tuple(columns[0].shape) if columns else tuple(backend.asarray(f(x)).shape)
+    if not columns:
+        return xp.zeros(out_shape + x.shape, dtype=x.dtype)
+    return xp.stack(columns, axis=-1).reshape(out_shape + x.shape)
+
+
+def gradient(f: Callable, x, h: float | None = None, method: str = "central"):
+    """The gradient of a scalar function of an array: its Jacobian, shaped like x.
 
     >>> gradient(lambda v: (v**2).sum(), [1.0, 2.0]).round(6).tolist()
     [2.0, 4.0]
     """
-    x = backend.asarray(x, dtype="float64", copy=True)  # perturbed below: never the caller's
-    h = default_step(x) if h is None else h
-    grad = x * 0
-    flat_x, flat_grad = x.reshape(-1), grad.reshape(-1)
-    for i in range(flat_x.size):
-        original = flat_x[i].item()
-        flat_x[i] = original + h
-        f_plus = f(x)
-        flat_x[i] = original - h
-        f_minus = f(x)
-        flat_x[i] = original
-        flat_grad[i] = (f_plus - f_minus) / (2 * h)
-    return grad
+    jac = jacobian(f, x, h, method)
+    x_shape = backend.asarray(x).shape
+    if jac.shape != x_shape:
+        raise ValueError(
+            f"gradient: f returned shape {jac.shape[: jac.ndim - len(x_shape)]}, but a "
+            f"gradient needs a scalar output. Use numerical.jacobian for vector outputs."
+        )
+    return jac
+
+
+@dataclass
+class ErrorCurve:
+    """Absolute error of each method against the exact derivative, step by step.
+
+    ``steps`` are the h values, ``errors[method]`` the errors at those steps (a zero
+    error, which the complex step can reach, does not show on a log axis). Plot with::
+
+        curve = ad.numerical.error_curve(np.sin, np.cos, 1.0)
+        for method, errors in curve.errors.items():
+            plt.loglog(curve.steps, errors, label=method)
+    """
+
+    steps: list[float]
+    errors: dict[str, list[float]]
+    exact: float
+
+    def best(self, method: str) -> tuple[float, float]:
+        """(h, error) at the smallest error of ``method``."""
+        errors = self.errors[method]
+        i = min(range(len(errors)), key=errors.__getitem__)
+        return self.steps[i], errors[i]
+
+
+def error_curve(
+    f: Callable,
+    df: Callable,
+    x: float,
+    hs: Sequence[float] | None = None,
+    methods: Sequence[str] = ("forward", "central", "complex"),
+) -> ErrorCurve:
+    """The data of the classic log-log plot: error against step size, per method.
+
+    Truncation error falls as h shrinks (slope 1 forward, 2 central); below the best
+    step rounding error rises as eps / h. The complex step stays at rounding level.
+
+    >>> import numpy as np
+    >>> curve = error_curve(np.sin, np.cos, 1.0, hs=[1e-2, 1e-5, 1e-12])
+    >>> curve.best("central")[0]   # truncation wins above it, rounding below
+    1e-05
+    >>> curve.errors["complex"][-1] < 1e-15   # no cancellation: smaller h only helps
+    True
+    """
+    hs = [10.0 ** (-k / 2) for k in range(0, 41)] if hs is None else [float(h) for h in hs]
+    exact = float(df(x))
+    errors = {}
+    for method in methods:
+        _check_method("error_curve", method)
+        errors[method] = [abs(float(derivative(f, x, h, method)) - exact) for h in hs]
+    return ErrorCurve(hs, errors, exact)
 
 
 def _eval(f: Callable, args: Sequence) -> object:
@@ -78,14 +206,16 @@ def _eval(f: Callable, args: Sequence) -> object:
 
 
 def _directional_difference(f, args, index, direction):
-    """(f(x + h v) - f(x - h v)) / 2h in argument ``index``: the numerical J v."""
+    """The numerical J v: the central difference of t -> f(..., x + t v, ...) at 0."""
     x = args[index]
     h = default_step(x, "central", x.dtype) / max(1.0, float(abs(direction).max()))
-    plus = list(args)
-    plus[index] = x + h * direction
-    minus = list(args)
-    minus[index] = x - h * direction
-    return (_eval(f, plus) - _eval(f, minus)) / (2 * h)
+
+    def along_direction(t):
+        moved = list(args)
+        moved[index] = x + t * direction
+        return _eval(f, moved)
+
+    return derivative(along_direction, 0.0, h, "central")
 
 
 def _norm(x) -> float:

@@ -118,3 +118,91 @@ def test_gradient_leaves_the_callers_array_alone_even_when_f_fails():
     with pytest.raises(RuntimeError):
         numerical.gradient(failing, x)
     np.testing.assert_array_equal(x, [1.0, 2.0])
+
+
+# -- step sizes, convergence and the complex step ------------------------------------------
+
+
+def _slope(method, hs):
+    """The slope of log(error) against log(h) for d/dx exp at 1: the method's order."""
+    errors = [abs(numerical.derivative(np.exp, 1.0, h, method) - np.e) for h in hs]
+    return np.polyfit(np.log(hs), np.log(errors), 1)[0]
+
+
+def test_forward_differences_converge_like_h_and_central_like_h_squared():
+    hs = np.logspace(-4, -1, 7)
+    assert _slope("forward", hs) == pytest.approx(1, abs=0.05)
+    assert _slope("backward", hs) == pytest.approx(1, abs=0.05)
+    assert _slope("central", hs) == pytest.approx(2, abs=0.05)
+
+
+def test_rounding_makes_tiny_steps_worse():
+    curve = numerical.error_curve(np.exp, np.exp, 1.0)
+    for method in ("forward", "central"):
+        best_h, best_error = curve.best(method)
+        tiny = curve.errors[method][curve.steps.index(1e-14)]
+        assert 1e-14 < best_h < 1e-2
+        assert tiny > 100 * best_error
+    assert curve.best("central")[1] < curve.best("forward")[1]
+
+
+def test_default_steps_sit_near_the_best_steps():
+    curve = numerical.error_curve(np.sin, np.cos, 1.0, hs=np.logspace(-12, -2, 41))
+    for method in ("forward", "central"):
+        best_h, best_error = curve.best(method)
+        default_error = abs(numerical.derivative(np.sin, 1.0, method=method) - np.cos(1.0))
+        assert default_error < 30 * best_error
+        assert 0.01 < numerical.default_step(1.0, method) / best_h < 100
+
+
+def test_default_step_scales_with_x():
+    assert numerical.default_step(1e6) == pytest.approx(1e6 * numerical.default_step(1.0))
+    # log has features the size of x: a step scaled to x keeps rounding error small
+    scaled = numerical.derivative(np.log, 1e6)
+    unscaled = numerical.derivative(np.log, 1e6, h=numerical.default_step(1.0))
+    assert abs(scaled - 1e-6) < abs(unscaled - 1e-6) / 100
+    assert scaled == pytest.approx(1e-6, rel=1e-8)
+
+
+def test_complex_step_is_exact_to_rounding_at_tiny_steps():
+    for f, df, x in [(np.sin, np.cos, 1.0), (np.exp, np.exp, -0.5), (np.tanh, None, 0.3)]:
+        exact = df(x) if df else 1 - np.tanh(x) ** 2
+        assert numerical.derivative(f, x, h=1e-20, method="complex") == pytest.approx(
+            exact, rel=4e-16, abs=0
+        )
+    curve = numerical.error_curve(np.sin, np.cos, 1.0, hs=[1e-8, 1e-20, 1e-100])
+    assert max(curve.errors["complex"]) <= 2.3e-16
+
+
+def test_complex_step_refuses_functions_that_drop_the_imaginary_part():
+    with pytest.raises(TypeError, match="came back real.*abs"):
+        numerical.derivative(lambda x: abs(x) ** 2, 1.0, method="complex")
+    import math
+
+    with pytest.raises(TypeError, match="accept complex input"):
+        numerical.derivative(math.sin, 1.0, method="complex")
+
+
+def test_jacobian_of_a_vector_function():
+    a = np.array([[1.0, 2.0, 0.5], [-1.0, 0.0, 3.0]])
+    x = np.array([0.3, -0.2, 0.9])
+    for method, rtol in [("central", 1e-8), ("forward", 1e-6), ("complex", 1e-14)]:
+        jac = numerical.jacobian(lambda v: np.sin(a @ v), x, method=method)
+        np.testing.assert_allclose(jac, np.cos(a @ x)[:, None] * a, rtol=rtol)
+
+
+def test_jacobian_shape_is_output_shape_then_input_shape():
+    x = np.ones((2, 3))
+    assert numerical.jacobian(lambda v: v.sum(axis=0), x).shape == (3, 2, 3)
+    assert numerical.jacobian(lambda v: (v**2).sum(), x).shape == (2, 3)
+
+
+def test_gradient_refuses_a_vector_output():
+    with pytest.raises(ValueError, match=r"returned shape \(3,\).*jacobian"):
+        numerical.gradient(lambda v: v * 2, np.ones(3))
+
+
+def test_jacobian_never_changes_the_callers_array():
+    x = np.array([1.0, 2.0])
+    numerical.jacobian(lambda v: v * v, x)
+    np.testing.assert_array_equal(x, [1.0, 2.0])
