@@ -1,0 +1,347 @@
+"""Forward mode with dual numbers: carry each derivative along with its value.
+
+A dual number u + u' eps has eps**2 = 0, so Taylor's formula stops after one term:
+f(u + u' eps) = f(u) + f'(u) u' eps. Computing f on ``Dual(x, 1)`` therefore gives f(x)
+and f'(x) in one pass, with no graph, no step size and no rounding trouble. Each
+operator and function below is one line of calculus (the product rule, the chain rule).
+
+The price shows in ``jacobian``: one pass gives one *column* (J v for one direction v),
+so a function of n inputs needs n passes, where reverse mode needs one pass per
+*output*. ``count_passes`` counts them, for the lecture's plot.
+
+The classic example, f(x, y) = x**2 y + y + 2 at (3, 4):
+
+>>> f = lambda x, y: x**2 * y + y + 2
+>>> f(Dual(3, 1), Dual(4, 0))    # seed x: df/dx
+Dual(value=42, tangent=24)
+>>> f(Dual(3, 0), Dual(4, 1))    # seed y: df/dy
+Dual(value=42, tangent=10)
+
+Value and tangent may be NumPy arrays of one shape (vector forward mode): then one
+pass gives J v for the direction v held in the tangents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import backend
+
+
+class Dual:
+    """A value and its tangent (directional derivative), u + u' eps with eps**2 = 0.
+
+    ``tangent`` defaults to 0 (a constant). For array values the tangent is broadcast
+    to the value's shape.
+
+    >>> x = Dual(2.0, 1.0)
+    >>> x * x + 3 * x
+    Dual(value=10.0, tangent=7.0)
+    """
+
+    __slots__ = ("value", "tangent")
+    __array_ufunc__ = None  # NumPy scalars and arrays defer to our reflected operators
+
+    def __init__(self, value: Any, tangent: Any = 0):
+        if isinstance(value, Dual) or isinstance(tangent, Dual):
+            raise TypeError(
+                "Dual: a dual number of dual numbers needs tagged perturbations to keep "
+                "nested derivatives apart, which this module does not do. For higher "
+                "derivatives use the engine: ad.gradients of ad.gradients."
+            )
+        self.value = value
+        if not backend.is_weak_scalar(value):
+            value = backend.asarray(value)
+            tangent = backend.asarray(tangent, dtype=value.dtype)
+            if tangent.shape != value.shape:
+                xp = backend.namespace(value)
+                tangent = xp.broadcast_to(tangent, value.shape).copy()
+            self.value = value
+        self.tangent = tangent
+
+    # -- the rules of calculus, one operator each ---------------------------------------
+
+    def __add__(self, other: Any) -> Dual:  # (u + v)' = u' + v'
+        other = lift(other)
+        return Dual(self.value + other.value, self.tangent + other.tangent)
+
+    def __sub__(self, other: Any) -> Dual:  # (u - v)' = u' - v'
+        other = lift(other)
+        return Dual(self.value - other.value, self.tangent - other.tangent)
+
+    def __mul__(self, other: Any) -> Dual:  # (u v)' = u' v + u v'
+        other = lift(other)
+        return Dual(
+            self.value * other.value, self.tangent * other.value + self.value * other.tangent
+        )
+
+    def __truediv__(self, other: Any) -> Dual:  # (u / v)' = (u' v - u v') / v**2
+        other = lift(other)
+        return Dual(
+            self.value / other.value,
+            (self.tangent * other.value - self.value * other.tangent) / other.value**2,
+        )
+
+    def __pow__(self, other: Any) -> Dual:
+        if not isinstance(other, Dual):  # (u**n)' = n u**(n-1) u'
+            if backend.is_weak_scalar(other) and other == 0:
+                return Dual(self.value**0, self.tangent * 0)  # not 0 * u**-1, nan at u = 0
+            return Dual(self.value**other, other * self.value ** (other - 1) * self.tangent)
+        # (u**v)' = u**v (v' log u + v u' / u)
+        value = self.value**other.value
+        return Dual(
+            value,
+            value * (other.tangent * log(self.value) + other.value * self.tangent / self.value),
+        )
+
+    def __matmul__(self, other: Any) -> Dual:  # (U V)' = U' V + U V'
+        other = lift(other)
+        return Dual(
+            self.value @ other.value, self.tangent @ other.value + self.value @ other.tangent
+        )
+
+    def __neg__(self) -> Dual:
+        return Dual(-self.value, -self.tangent)
+
+    def __pos__(self) -> Dual:
+        return self
+
+    # Reflected forms: 2 * x, 1 / x, 2 ** x, ... turn the number into a constant Dual.
+    def __radd__(self, other: Any) -> Dual:
+        return lift(other) + self
+
+    def __rsub__(self, other: Any) -> Dual:
+        return lift(other) - self
+
+    def __rmul__(self, other: Any) -> Dual:
+        return lift(other) * self
+
+    def __rtruediv__(self, other: Any) -> Dual:
+        return lift(other) / self
+
+    def __rpow__(self, other: Any) -> Dual:
+        return lift(other) ** self
+
+    def __rmatmul__(self, other: Any) -> Dual:
+        return lift(other) @ self
+
+    # Comparisons look at values only: a branch in f is taken the same way for x and
+    # for x + eps, which is why dual numbers differentiate programs, not just formulas.
+    def __lt__(self, other: Any) -> Any:
+        return self.value < lift(other).value
+
+    def __le__(self, other: Any) -> Any:
+        return self.value <= lift(other).value
+
+    def __gt__(self, other: Any) -> Any:
+        return self.value > lift(other).value
+
+    def __ge__(self, other: Any) -> Any:
+        return self.value >= lift(other).value
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.value == lift(other).value
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.value != lift(other).value
+
+    # Equal values may carry different tangents: a Dual is no dictionary key.
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- arrays ---------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(getattr(self.value, "shape", ()))
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __getitem__(self, index: Any) -> Dual:
+        return Dual(self.value[index], self.tangent[index])
+
+    def sum(self, axis: Any = None) -> Dual:
+        """Sum of the entries: the tangent is summed the same way."""
+        return Dual(self.value.sum(axis=axis), self.tangent.sum(axis=axis))
+
+    def __repr__(self) -> str:
+        return f"Dual(value={_short(self.value)}, tangent={_short(self.tangent)})"
+
+
+def _short(x: Any) -> str:
+    if backend.is_weak_scalar(x):
+        return repr(x)
+    x = backend.to_numpy(x)
+    return repr(x.item()) if x.ndim == 0 else repr(x)
+
+
+def lift(x: Any) -> Dual:
+    """``x`` as a Dual: a constant (tangent 0) unless it already is one."""
+    return x if isinstance(x, Dual) else Dual(x, 0)
+
+
+def _numeric(name: str, x: Any) -> Any:
+    """The plain function on a number or an array, a Python float for a Python number."""
+    result = getattr(backend.namespace(x), name)(x)
+    return float(result) if backend.is_weak_scalar(x) else result
+
+
+# -- functions: value and chain rule, f(u + u' eps) = f(u) + f'(u) u' eps ------------------
+
+
+def sin(x: Any) -> Any:
+    """sin(u)' = cos(u) u'"""
+    if isinstance(x, Dual):
+        return Dual(sin(x.value), cos(x.value) * x.tangent)
+    return _numeric("sin", x)
+
+
+def cos(x: Any) -> Any:
+    """cos(u)' = -sin(u) u'"""
+    if isinstance(x, Dual):
+        return Dual(cos(x.value), -sin(x.value) * x.tangent)
+    return _numeric("cos", x)
+
+
+def tan(x: Any) -> Any:
+    """tan(u)' = (1 + tan(u)**2) u'"""
+    if isinstance(x, Dual):
+        t = tan(x.value)
+        return Dual(t, (1 + t * t) * x.tangent)
+    return _numeric("tan", x)
+
+
+def exp(x: Any) -> Any:
+    """exp(u)' = exp(u) u'"""
+    if isinstance(x, Dual):
+        e = exp(x.value)
+        return Dual(e, e * x.tangent)
+    return _numeric("exp", x)
+
+
+def log(x: Any) -> Any:
+    """log(u)' = u' / u"""
+    if isinstance(x, Dual):
+        return Dual(log(x.value), x.tangent / x.value)
+    return _numeric("log", x)
+
+
+def sqrt(x: Any) -> Any:
+    """sqrt(u)' = u' / (2 sqrt(u))"""
+    if isinstance(x, Dual):
+        s = sqrt(x.value)
+        return Dual(s, x.tangent / (2 * s))
+    return _numeric("sqrt", x)
+
+
+def tanh(x: Any) -> Any:
+    """tanh(u)' = (1 - tanh(u)**2) u'"""
+    if isinstance(x, Dual):
+        t = tanh(x.value)
+        return Dual(t, (1 - t * t) * x.tangent)
+    return _numeric("tanh", x)
+
+
+def sigmoid(x: Any) -> Any:
+    """sigmoid(u)' = sigmoid(u) (1 - sigmoid(u)) u'"""
+    if isinstance(x, Dual):
+        s = sigmoid(x.value)
+        return Dual(s, s * (1 - s) * x.tangent)
+    return 0.5 * (1 + tanh(0.5 * x))  # = 1 / (1 + exp(-x)), without overflow in exp
+
+
+# -- derivatives of Python functions ------------------------------------------------------
+
+
+class PassCounter:
+    """Counts forward passes: calls of f on dual numbers made by this module."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def __repr__(self) -> str:
+        return f"PassCounter(passes={self.passes})"
+
+
+_active_counters: list[PassCounter] = []
+
+
+@contextmanager
+def count_passes() -> Iterator[PassCounter]:
+    """Count the forward passes made inside the ``with`` block.
+
+    >>> import numpy as np
+    >>> with count_passes() as counter:
+    ...     _ = jacobian(lambda v: v.sum() * v[0], np.ones(5))
+    >>> counter.passes        # one pass per input: forward mode's cost
+    5
+    """
+    counter = PassCounter()
+    _active_counters.append(counter)
+    try:
+        yield counter
+    finally:
+        _active_counters.remove(counter)
+
+
+def _forward_pass(f: Callable, x: Any, v: Any) -> Dual:
+    for counter in _active_counters:
+        counter.passes += 1
+    return lift(f(Dual(x, v)))
+
+
+def jvp(f: Callable, x: Any, v: Any) -> tuple[Any, Any]:
+    """``(f(x), J v)``: the value and the derivative of f at x in the direction v.
+
+    >>> jvp(lambda v: v * v, [1.0, 2.0], [1.0, 0.0])
+    (array([1., 4.]), array([2., 0.]))
+    """
+    if backend.is_weak_scalar(x) and backend.is_weak_scalar(v):
+        out = _forward_pass(f, x, v)
+    else:
+        x = backend.asarray(x)
+        x = x if x.dtype.kind in "fc" else x.astype("float64")
+        v = backend.asarray(v, dtype=x.dtype)
+        if v.shape != x.shape:
+            raise ValueError(
+                f"forward.jvp: direction v has shape {v.shape} but x has shape {x.shape}; "
+                f"give one tangent per entry of x."
+            )
+        out = _forward_pass(f, x, v)
+    return out.value, out.tangent
+
+
+def derivative(f: Callable, x: Any) -> Any:
+    """f'(x) in one forward pass, seeding the tangent with 1.
+
+    For an array x and an elementwise f, every entry's derivative at once.
+
+    >>> derivative(lambda x: x**3 + sin(x), 0.0)
+    1.0
+    """
+    one = 1.0 if backend.is_weak_scalar(x) else backend.namespace(x).ones_like(x)
+    return jvp(f, x, one)[1]
+
+
+def jacobian(f: Callable, x: Any) -> Any:
+    """The Jacobian of f at an array x, one forward pass (one column) per entry of x.
+
+    The result has shape ``f(x).shape + x.shape``. With ``count_passes`` you can watch
+    the cost grow with the number of inputs.
+
+    >>> jacobian(lambda v: v[0] ** 2 * v[1] + v[1] + 2, [3.0, 4.0])
+    array([24., 10.])
+    """
+    x = backend.asarray(x)
+    x = x if x.dtype.kind in "fc" else x.astype("float64")
+    xp = backend.namespace(x)
+    columns = []
+    for j in range(x.size):
+        e_j = xp.zeros(x.size, dtype=x.dtype)
+        e_j[j] = 1
+        columns.append(backend.asarray(jvp(f, x, e_j.reshape(x.shape))[1]))
+    if not columns:
+        return xp.zeros(x.shape, dtype=x.dtype)
+    return xp.stack(columns, axis=-1).reshape(columns[0].shape + x.shape)
