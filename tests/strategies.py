@@ -302,3 +302,31 @@ OP_CASES = {
     "one_hot": one_hots(),
     "softmax_cross_entropy": cross_entropies(),
 }
+
+
+# -- symbolic expressions -----------------------------------------------------------------
+
+
+def expressions(with_functions=False, max_leaves=8):
+    """Random autodiff.symbolic expressions in x and y: + - * / neg, small integer powers,
+    and (``with_functions``) sin cos exp log tanh."""
+    from autodiff import symbolic
+
+    x, y = symbolic.Symbol("x"), symbolic.Symbol("y")
+    leaves = st.sampled_from([x, y]) | st.integers(-3, 3).map(symbolic.Number)
+
+    def extend(children):
+        binary_ops = st.sampled_from(["+", "-", "*", "/"])
+        combined = st.tuples(binary_ops, children, children).map(
+            lambda t: {"+": t[1] + t[2], "-": t[1] - t[2], "*": t[1] * t[2], "/": t[1] / t[2]}[t[0]]
+        )
+        powers = st.tuples(children, st.integers(-2, 3)).map(lambda t: t[0] ** t[1])
+        options = combined | powers | children.map(lambda e: -e)
+        if with_functions:
+            names = st.sampled_from(symbolic.FUNCTIONS)
+            options = options | st.tuples(names, children).map(
+                lambda t: symbolic.function(t[0], t[1])
+            )
+        return options
+
+    return st.recursive(leaves, extend, max_leaves=max_leaves)

@@ -1,0 +1,570 @@
+"""Symbolic differentiation: the textbook rules applied to expression trees.
+
+This is what a computer-algebra system does, and what the lecture contrasts with
+automatic differentiation. ``diff`` applies the sum, product, quotient, power and chain
+rules and returns a new *expression*. An expression is a tree: where a subexpression
+is used twice it is written twice, so the product rule (u v)' = u' v + u v' copies u
+and v into the result. Repeated, that copying makes derivatives grow geometrically:
+*expression swell*. ``swell_series`` measures it on the logistic map, next to the
+reverse-mode gradient graph of the same function, which shares what it reuses and
+grows linearly.
+
+>>> x, y = Symbol("x"), Symbol("y")
+>>> f = x**2 * y + y + 2
+>>> diff(f, x)
+2*x**1*1*y + x**2*0 + 0 + 0
+>>> simplify(diff(f, x))
+2*x*y
+>>> evaluate(diff(f, x), {"x": 3, "y": 4}), evaluate(diff(f, y), {"x": 3, "y": 4})
+(24, 10)
+
+Python may hold one subexpression object in two places of a tree; ``size``, ``str``
+and ``diff`` still treat it as two copies (a tree), while the algorithms below visit
+each distinct object once, so even swollen trees are cheap to measure.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+from . import backend, ops
+from .gradients import gradients
+from .graph import Node, Variable, constant, find_topo_sort, tensor
+
+FUNCTIONS = ("sin", "cos", "exp", "log", "tanh")
+
+
+class Expr:
+    """A node of an expression tree: ``kind``, ``args`` (child expressions) and
+    ``payload`` (a number, a symbol's name, or a function's name)."""
+
+    __slots__ = ("kind", "args", "payload", "size")
+    __array_ufunc__ = None  # NumPy numbers defer to our reflected operators
+
+    def __init__(self, kind: str, args: tuple[Expr, ...] = (), payload: Any = None):
+        self.kind, self.args, self.payload = kind, args, payload
+        self.size: int = 1 + sum(arg.size for arg in args)  # nodes of the tree, copies counted
+
+    def __add__(self, other: Any) -> Expr:
+        return Expr("+", (self, as_expr(other)))
+
+    def __radd__(self, other: Any) -> Expr:
+        return Expr("+", (as_expr(other), self))
+
+    def __sub__(self, other: Any) -> Expr:
+        return Expr("-", (self, as_expr(other)))
+
+    def __rsub__(self, other: Any) -> Expr:
+        return Expr("-", (as_expr(other), self))
+
+    def __mul__(self, other: Any) -> Expr:
+        return Expr("*", (self, as_expr(other)))
+
+    def __rmul__(self, other: Any) -> Expr:
+        return Expr("*", (as_expr(other), self))
+
+    def __truediv__(self, other: Any) -> Expr:
+        return Expr("/", (self, as_expr(other)))
+
+    def __rtruediv__(self, other: Any) -> Expr:
+        return Expr("/", (as_expr(other), self))
+
+    def __pow__(self, other: Any) -> Expr:
+        return Expr("**", (self, as_expr(other)))
+
+    def __rpow__(self, other: Any) -> Expr:
+        return Expr("**", (as_expr(other), self))
+
+    def __neg__(self) -> Expr:
+        return Expr("neg", (self,))
+
+    def __repr__(self) -> str:
+        return to_string(self)
+
+    __str__ = __repr__
+
+
+def Symbol(name: str) -> Expr:  # noqa: N802  (reads like the class it stands for)
+    """A variable, named like a Python identifier."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"Symbol: the name must be an identifier such as 'x', got {name!r}.")
+    return Expr("symbol", (), name)
+
+
+def Number(value: Any) -> Expr:  # noqa: N802
+    """A constant: an int, a Fraction (kept exact) or a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"Number: expected a real number, got {type(value).__name__}.")
+    if isinstance(value, Fraction) and value.denominator == 1:
+        value = int(value)
+    return Expr("number", (), value)
+
+
+def as_expr(x: Any) -> Expr:
+    """An Expr for an Expr or a Python number; anything else is refused."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        return Number(x if isinstance(x, int | Fraction) else float(x))
+    raise TypeError(
+        f"symbolic: cannot use a {type(x).__name__} in an expression; use Symbol('x'), "
+        f"numbers, and the functions {', '.join(FUNCTIONS)} from autodiff.symbolic."
+    )
+
+
+def function(name: str, arg: Any) -> Expr:
+    """``name(arg)`` for one of ``FUNCTIONS``; other names are refused."""
+    if name not in FUNCTIONS:
+        raise ValueError(
+            f"symbolic: unknown function {name!r}; the known ones are {', '.join(FUNCTIONS)}."
+        )
+    return Expr(name, (as_expr(arg),))
+
+
+def sin(x: Any) -> Expr:
+    return function("sin", x)
+
+
+def cos(x: Any) -> Expr:
+    return function("cos", x)
+
+
+def exp(x: Any) -> Expr:
+    return function("exp", x)
+
+
+def log(x: Any) -> Expr:
+    return function("log", x)
+
+
+def tanh(x: Any) -> Expr:
+    return function("tanh", x)
+
+
+def size(expr: Any) -> int:
+    """The number of nodes of the expression tree (a subexpression used twice counts twice).
+
+    >>> size(Symbol("x") * 2 + 1)
+    5
+    """
+    return as_expr(expr).size
+
+
+def postorder(expr: Expr) -> Iterator[Expr]:
+    """Each distinct node once, children before parents, without recursion."""
+    seen: set[int] = set()
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if children_done:
+            yield node
+        elif id(node) not in seen:
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((arg, False) for arg in reversed(node.args))
+
+
+def _bottom_up(expr: Any, rule: Callable[[Expr, list], Any]) -> Any:
+    """Apply ``rule(node, results_of_its_args)`` from the leaves up; the root's result."""
+    expr = as_expr(expr)
+    results: dict[int, Any] = {}
+    for node in postorder(expr):
+        results[id(node)] = rule(node, [results[id(arg)] for arg in node.args])
+    return results[id(expr)]
+
+
+# -- differentiation: the textbook rules ---------------------------------------------------
+
+
+def _derivative_of_function(name: str, u: Expr) -> Expr:
+    """f'(u) for the chain rule f(u)' = f'(u) u'."""
+    if name == "sin":
+        return cos(u)
+    if name == "cos":
+        return -sin(u)
+    if name == "exp":
+        return exp(u)
+    if name == "log":
+        return 1 / u
+    return 1 - tanh(u) ** 2  # tanh
+
+
+def diff(expr: Any, var: Expr) -> Expr:
+    """d expr / d var by the textbook rules, with no simplification (see ``simplify``).
+
+    >>> x = Symbol("x")
+    >>> diff(sin(x) * x, x)
+    cos(x)*1*x + sin(x)*1
+    """
+    if not (isinstance(var, Expr) and var.kind == "symbol"):
+        raise TypeError(
+            f"diff: differentiate with respect to a Symbol, got {var!r}. "
+            f"Write x = Symbol('x') and diff(expr, x)."
+        )
+
+    def rule(node: Expr, d: list[Expr]) -> Expr:  # d: the derivatives of node.args
+        if node.kind == "number":
+            return Number(0)
+        if node.kind == "symbol":
+            return Number(1 if node.payload == var.payload else 0)
+        u, du = node.args[0], d[0]
+        if node.kind == "neg":
+            return -du
+        if node.kind in FUNCTIONS:  # chain rule
+            return _derivative_of_function(node.kind, u) * du
+        v, dv = node.args[1], d[1]
+        if node.kind == "+":  # sum rule
+            return du + dv
+        if node.kind == "-":
+            return du - dv
+        if node.kind == "*":  # product rule
+            return du * v + u * dv
+        if node.kind == "/":  # quotient rule
+            return (du * v - u * dv) / v**2
+        if v.kind == "number":  # power rule, u**n
+            return v * u ** Number(v.payload - 1) * du
+        return u**v * (dv * log(u) + v * du / u)  # u**v = exp(v log u)
+
+    return _bottom_up(expr, rule)
+
+
+# -- evaluation, printing, and the engine's graph ------------------------------------------
+
+
+class MissingSymbolError(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def evaluate(expr: Any, env: dict[str, Any]) -> Any:
+    """The value of ``expr`` with symbols taken from ``env`` (numbers or arrays).
+
+    With ints and Fractions only, arithmetic is exact (Fractions); otherwise it is
+    NumPy's in float64 (so 1/0 is inf with a warning, not an exception).
+
+    >>> evaluate(Symbol("x") / 3, {"x": 1})
+    Fraction(1, 3)
+    """
+    exact = all(isinstance(v, int | Fraction) and not isinstance(v, bool) for v in env.values())
+
+    def rule(node: Expr, a: list) -> Any:
+        if node.kind == "number":
+            value = node.payload
+            return Fraction(value) if exact else backend.asarray(float(value))
+        if node.kind == "symbol":
+            if node.payload not in env:
+                raise MissingSymbolError(
+                    f"evaluate: no value for symbol {node.payload!r}; "
+                    f"add it to env, e.g. {{{node.payload!r}: 1.0}}."
+                )
+            value = env[node.payload]
+            return Fraction(value) if exact else backend.asarray(value, dtype="float64")
+        if node.kind in FUNCTIONS:
+            arg = float(a[0]) if isinstance(a[0], Fraction) else a[0]
+            return getattr(backend.namespace(arg), node.kind)(arg)
+        return _ARITHMETIC[node.kind](*a)
+
+    value = _bottom_up(expr, rule)
+    if isinstance(value, Fraction) and value.denominator == 1:
+        return int(value)
+    return value[()] if getattr(value, "ndim", None) == 0 else value
+
+
+_ARITHMETIC: dict[str, Callable[..., Any]] = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+    "**": lambda a, b: a**b,
+    "neg": lambda a: -a,
+}
+
+# Binding strength for printing: higher binds tighter.
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "**": 4}
+
+
+def _precedence(node: Expr) -> int:
+    if node.kind == "number":
+        value = node.payload
+        if value < 0:
+            return 3  # prints like a negation
+        return 2 if isinstance(value, Fraction) else 5  # 1/3 prints like a division
+    return _PRECEDENCE.get(node.kind, 5)  # symbols and function calls never need brackets
+
+
+def to_string(expr: Any) -> str:
+    """Readable text, with only the brackets the operator precedence needs."""
+
+    def rule(node: Expr, texts: list[str]) -> str:
+        if node.kind in ("number", "symbol"):
+            return str(node.payload)
+        if node.kind in FUNCTIONS:
+            return f"{node.kind}({texts[0]})"
+        mine = _PRECEDENCE[node.kind]
+        wrapped = []
+        for i, (arg, text) in enumerate(zip(node.args, texts, strict=True)):
+            theirs = _precedence(arg)
+            # a - (b - c), a / (b * c): the right operand of - and / binds tighter;
+            # (a**b)**c: ** groups to the right, so its left operand needs brackets.
+            tie_needs = (i == 1 and node.kind in "-/") or (i == 0 and node.kind == "**")
+            needs = theirs < mine or (theirs == mine and tie_needs)
+            wrapped.append(f"({text})" if needs else text)
+        if node.kind == "neg":
+            return f"-{wrapped[0]}"
+        spaced = f" {node.kind} " if node.kind in "+-" else node.kind
+        return spaced.join(wrapped)
+
+    return _bottom_up(expr, rule)
+
+
+def to_graph(expr: Any, variables: dict[str, Any] | None = None):
+    """The engine's graph computing ``expr``: one op node per distinct subexpression.
+
+    Symbols become ``ad.Variable`` placeholders unless ``variables`` maps their names
+    to Nodes (or values, turned into tensors), so the graph can be drawn, evaluated
+    and differentiated by reverse mode.
+
+    >>> import autodiff as ad
+    >>> x = Symbol("x")
+    >>> graph = to_graph(x * sin(x), {"x": ad.tensor(2.0, name="x")})
+    >>> round(float(graph.value), 4)
+    1.8186
+    """
+    nodes: dict[str, Node] = {}
+    for name, value in (variables or {}).items():
+        nodes[name] = value if isinstance(value, Node) else tensor(value, name=name)
+
+    def rule(node: Expr, a: list) -> Any:
+        if node.kind == "number":
+            return node.payload if isinstance(node.payload, int) else float(node.payload)
+        if node.kind == "symbol":
+            if node.payload not in nodes:
+                nodes[node.payload] = Variable(node.payload)
+            return nodes[node.payload]
+        if node.kind in FUNCTIONS:
+            return getattr(ops, node.kind)(a[0])
+        return _ARITHMETIC[node.kind](*a)
+
+    result = _bottom_up(expr, rule)
+    return result if isinstance(result, Node) else constant(float(result))
+
+
+# -- simplification -------------------------------------------------------------------------
+#
+# Sound rules only: wherever the original expression has a finite value, the simplified
+# one has the same value. (It may have a value where the original has none: x/x -> 1.)
+# Sums become coefficient * term lists, products coefficient * base**exponent lists, so
+# like terms and like factors meet and combine; numbers fold exactly (ints, Fractions).
+
+
+class _Keys:
+    """Structural keys: two trees with the same shape and leaves get the same int."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, int] = {}
+        self.table: dict[tuple, int] = {}
+        self.alive: list[Expr] = []  # keeps keyed nodes alive, so their ids stay theirs
+
+    def __call__(self, expr: Expr) -> int:
+        for node in postorder(expr):
+            if id(node) not in self.by_id:
+                shape = (node.kind, node.payload, *[self.by_id[id(a)] for a in node.args])
+                self.by_id[id(node)] = self.table.setdefault(shape, len(self.table))
+                self.alive.append(node)
+        return self.by_id[id(expr)]
+
+
+def _is_number(e: Expr, value: Any = None) -> bool:
+    return e.kind == "number" and (value is None or e.payload == value)
+
+
+def _exact(value: Any) -> Any:
+    return Fraction(value) if isinstance(value, int) else value
+
+
+def _factors(e: Expr, keys: _Keys) -> tuple[Any, dict[int, list]]:
+    """e as coefficient * product of base**exponent: (coefficient, {key: [base, exp]})."""
+    coefficient: Any = 1
+    factors: dict[int, list] = {}
+    stack = [(e, 1)]
+    while stack:
+        node, sign = stack.pop(0)
+        if node.kind == "*":
+            stack[:0] = [(node.args[0], sign), (node.args[1], sign)]
+        elif node.kind == "/":
+            stack[:0] = [(node.args[0], sign), (node.args[1], -sign)]
+        elif node.kind == "neg":
+            coefficient, stack[:0] = -coefficient, [(node.args[0], sign)]
+        elif node.kind == "number" and not (sign < 0 and node.payload == 0):
+            value = _exact(node.payload)
+            coefficient = coefficient * value if sign > 0 else coefficient / value
+        else:
+            base, exponent = node, _exact(sign)
+            if node.kind == "**" and _is_number(node.args[1]):
+                base, exponent = node.args[0], sign * _exact(node.args[1].payload)
+            entry = factors.setdefault(keys(base), [base, 0])
+            entry[1] += exponent
+    return coefficient, factors
+
+
+def _number(value: Any) -> Expr:
+    if isinstance(value, Fraction) and value.denominator == 1:
+        return Number(int(value))
+    return Number(value)
+
+
+def _power(base: Expr, exponent: Any) -> Expr:
+    return base if exponent == 1 else base ** _number(exponent)
+
+
+def _product(coefficient: Any, factors: list[list]) -> Expr:
+    """Rebuild coefficient * factors, with negative powers as a denominator."""
+    if coefficient == 0:
+        return Number(0)
+    top = [_power(b, p) for b, p in factors if p > 0]
+    bottom = [_power(b, -p) for b, p in factors if p < 0]
+    if isinstance(coefficient, Fraction) and coefficient.denominator != 1:
+        bottom.insert(0, Number(coefficient.denominator))  # x/(2*y), not 1/2*x/y
+        coefficient = coefficient.numerator
+    if coefficient == -1 and top:
+        top[0] = -top[0]  # -x*y reads better than -1*x*y
+    elif coefficient != 1 or not top:
+        top.insert(0, _number(coefficient))
+    numerator = top[0]
+    for factor in top[1:]:
+        numerator = numerator * factor
+    if not bottom:
+        return numerator
+    denominator = bottom[0]
+    for factor in bottom[1:]:
+        denominator = denominator * factor
+    return numerator / denominator
+
+
+def _simplify_product(node: Expr, keys: _Keys) -> Expr:
+    coefficient, factors = _factors(node, keys)
+    return _product(coefficient, [f for f in factors.values() if f[1] != 0])
+
+
+def _simplify_sum(node: Expr, keys: _Keys) -> Expr:
+    """Collect like terms: 2*x + 3*x -> 5*x; constants add up."""
+    constant: Any = 0
+    terms: dict[tuple, list] = {}  # sorted factor keys -> [coefficient, factors]
+    stack = [(node, 1)]
+    while stack:
+        e, sign = stack.pop(0)
+        if e.kind in ("+", "-"):
+            second = sign if e.kind == "+" else -sign
+            stack[:0] = [(e.args[0], sign), (e.args[1], second)]
+        elif e.kind == "neg":
+            stack.insert(0, (e.args[0], -sign))
+        elif e.kind == "number":
+            constant = constant + sign * _exact(e.payload)
+        else:
+            coefficient, factors = _factors(e, keys)
+            kept = [f for f in factors.values() if f[1] != 0]
+            term_key = tuple(sorted((keys(b), p) for b, p in kept))
+            entry = terms.setdefault(term_key, [0, kept])
+            entry[0] += sign * coefficient
+    signed = [(c, f) for c, f in terms.values() if c != 0]
+    if constant != 0:  # constants go last, unless that makes the sum start with a minus
+        where = 0 if constant > 0 and signed and signed[0][0] < 0 else len(signed)
+        signed.insert(where, (constant, []))
+    if not signed:
+        return Number(0)
+    result = _product(*signed[0])
+    for coefficient, factors in signed[1:]:
+        if coefficient < 0:
+            result = result - _product(-coefficient, factors)
+        else:
+            result = result + _product(coefficient, factors)
+    return result
+
+
+def _simplify_power(base: Expr, exponent: Expr) -> Expr:
+    if _is_number(exponent):
+        p = exponent.payload
+        if p == 0:
+            return Number(1)  # u**0 = 1 wherever u**0 is defined (0**0 = 1 in Python)
+        if p == 1:
+            return base
+        if _is_number(base) and (base.payload > 0 or (p == int(p) and base.payload != 0)):
+            return _number(_exact(base.payload) ** _exact(p))
+        if base.kind == "**" and _is_number(base.args[1]) and p == int(p):
+            return _power(base.args[0], _exact(base.args[1].payload) * int(p))
+    if _is_number(base, 1):
+        return Number(1)
+    return base**exponent
+
+
+def _simplify_function(name: str, arg: Expr) -> Expr:
+    """Fold a function of a number when the result is an integer: exp(0) = 1."""
+    if _is_number(arg):
+        value = float(getattr(backend.namespace(0.0), name)(float(arg.payload)))
+        if value == int(value):
+            return Number(int(value))
+    return function(name, arg)
+
+
+def simplify(expr: Any) -> Expr:
+    """A smaller expression with the same value: numbers folded, 0 and 1 dropped, like
+    terms (2*x + x) and like factors (x * x**2) combined. It never expands products.
+
+    >>> x = Symbol("x")
+    >>> simplify(x * 1 + 0 * sin(x) + x / x + 2 * x * x**2)
+    x + 2*x**3 + 1
+    """
+    keys = _Keys()
+
+    def rule(node: Expr, a: list[Expr]) -> Expr:
+        if not node.args:
+            return node
+        if node.kind in FUNCTIONS:
+            return _simplify_function(node.kind, a[0])
+        if node.kind == "**":
+            return _simplify_power(a[0], a[1])
+        rebuilt = Expr(node.kind, tuple(a))
+        if node.kind in ("*", "/"):
+            return _simplify_product(rebuilt, keys)
+        return _simplify_sum(rebuilt, keys)  # +, -, neg
+
+    return _bottom_up(expr, rule)
+
+
+# -- expression swell -----------------------------------------------------------------------
+
+
+def logistic_map(x: Any, n: int) -> Any:
+    """l(n), where l(1) = x and l(k+1) = 4 l(k) (1 - l(k)), for Exprs or engine Nodes."""
+    l = x
+    for _ in range(n - 1):
+        l = 4 * l * (1 - l)
+    return l
+
+
+def swell_series(n_max: int = 10) -> dict[str, list[int]]:
+    """Sizes for the expression-swell plot of the logistic map, for n = 1 .. n_max.
+
+    ``derivative``: tree nodes of diff(l(n), x); ``simplified``: the same after
+    ``simplify``; ``gradient_graph``: nodes of the reverse-mode gradient graph of l(n)
+    (with the forward nodes it reads), built by ``ad.gradients``.
+
+    >>> series = swell_series(4)
+    >>> series["derivative"], series["gradient_graph"]
+    ([1, 19, 73, 217], [2, 16, 30, 44])
+    """
+    x = Symbol("x")
+    series: dict[str, list[int]] = {"n": [], "derivative": [], "simplified": []}
+    series["gradient_graph"] = []
+    for n in range(1, n_max + 1):
+        derivative = diff(logistic_map(x, n), x)
+        series["n"].append(n)
+        series["derivative"].append(size(derivative))
+        series["simplified"].append(size(simplify(derivative)))
+        x_node = Variable("x")
+        (gradient,) = gradients(logistic_map(x_node, n), [x_node])
+        series["gradient_graph"].append(len(find_topo_sort([gradient])))
+    return series

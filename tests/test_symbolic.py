@@ -1,0 +1,206 @@
+"""Symbolic differentiation: the textbook rules, sound simplification, expression swell."""
+
+import math
+from itertools import pairwise
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import autodiff as ad
+from autodiff import numerical, symbolic
+from autodiff.symbolic import Symbol, cos, diff, evaluate, exp, log, simplify, sin, size, tanh
+from strategies import expressions
+
+x, y = Symbol("x"), Symbol("y")
+
+
+def test_the_classic_example():
+    f = x**2 * y + y + 2
+    assert evaluate(f, {"x": 3, "y": 4}) == 42
+    assert evaluate(diff(f, x), {"x": 3, "y": 4}) == 24
+    assert evaluate(diff(f, y), {"x": 3, "y": 4}) == 10
+    assert str(simplify(diff(f, x))) == "2*x*y"
+    assert str(simplify(diff(f, y))) == "x**2 + 1"
+
+
+@pytest.mark.parametrize(
+    "expr, rule_result",
+    [
+        (x + y, "1 + 0"),  # sum rule
+        (x * y, "1*y + x*0"),  # product rule
+        (x / y, "(1*y - x*0)/y**2"),  # quotient rule
+        (x**3, "3*x**2*1"),  # power rule
+        (sin(x * x), "cos(x*x)*(1*x + x*1)"),  # chain rule
+        (-x, "-1"),
+    ],
+)
+def test_each_textbook_rule_reads_as_on_the_slide(expr, rule_result):
+    assert str(diff(expr, x)) == rule_result
+
+
+FUNCTIONS_AND_DERIVATIVES = [
+    (sin(x), math.cos),
+    (cos(x), lambda v: -math.sin(v)),
+    (exp(x), math.exp),
+    (log(x), lambda v: 1 / v),
+    (tanh(x), lambda v: 1 - math.tanh(v) ** 2),
+    (x**x, lambda v: v**v * (math.log(v) + 1)),  # u**v with both varying
+    (2**x, lambda v: 2**v * math.log(2)),
+]
+
+
+@pytest.mark.parametrize("expr, derivative", FUNCTIONS_AND_DERIVATIVES)
+def test_derivatives_of_the_functions(expr, derivative):
+    for v in (0.3, 1.7):
+        assert float(evaluate(diff(expr, x), {"x": v})) == pytest.approx(derivative(v), rel=1e-12)
+
+
+@given(expressions(with_functions=True), st.floats(0.3, 2.0), st.floats(0.3, 2.0))
+def test_diff_agrees_with_finite_differences(expr, a, b):
+    def f(t):
+        return float(evaluate(expr, {"x": t, "y": b}))
+
+    with np.errstate(all="ignore"):
+        values = [f(a - 1e-3), f(a), f(a + 1e-3)]
+        derivative = float(evaluate(diff(expr, x), {"x": a, "y": b}))
+    assume(all(math.isfinite(v) and abs(v) < 1e6 for v in values) and math.isfinite(derivative))
+    assume(abs(derivative) < 1e4)
+    numeric = numerical.derivative(f, a)
+    assert derivative == pytest.approx(numeric, rel=1e-5, abs=1e-6)
+
+
+def _exact_value(expr, env):
+    try:
+        return evaluate(expr, env)
+    except ZeroDivisionError:
+        return None
+
+
+@given(
+    expressions(), st.fractions(-3, 3, max_denominator=5), st.fractions(-3, 3, max_denominator=5)
+)
+def test_simplify_is_sound_in_exact_arithmetic(expr, a, b):
+    env = {"x": a, "y": b}
+    before = _exact_value(expr, env)
+    assume(before is not None)
+    simplified = simplify(expr)
+    assert _exact_value(simplified, env) == before, f"{expr}  ->  {simplified}"
+
+
+@given(expressions(with_functions=True, max_leaves=6), st.floats(0.3, 2), st.floats(0.3, 2))
+def test_simplify_is_sound_with_functions(expr, a, b):
+    env = {"x": a, "y": b}
+    with np.errstate(all="ignore"):
+        before = float(evaluate(expr, env))
+        after = float(evaluate(simplify(expr), env))
+    assume(math.isfinite(before) and abs(before) < 1e8)
+    assert after == pytest.approx(before, rel=1e-9, abs=1e-9)
+
+
+@given(
+    expressions(), st.fractions(-3, 3, max_denominator=5), st.fractions(-3, 3, max_denominator=5)
+)
+def test_printing_puts_brackets_where_precedence_needs_them(expr, a, b):
+    env = {"x": a, "y": b}
+    try:  # Python reads our text with its own precedence rules
+        printed = eval(str(expr), {"__builtins__": {}}, dict(env))
+    except ZeroDivisionError:
+        printed = None
+    assert printed == _exact_value(expr, env), str(expr)
+
+
+def test_printing_examples():
+    assert str((x + y) * (x - y)) == "(x + y)*(x - y)"
+    assert str(x - (y - 1)) == "x - (y - 1)"
+    assert str(x / (y * 2)) == "x/(y*2)"
+    assert str((x**y) ** 2) == "(x**y)**2"
+    assert str(x ** (y**2)) == "x**y**2"
+    assert str((-x) ** 2) == "(-x)**2"
+    assert str(-(x**2)) == "-x**2"
+    assert str(sin(x + 1) * 3) == "sin(x + 1)*3"
+
+
+def test_simplify_examples():
+    assert str(simplify(x * 1 + 0 * sin(x) + x / x)) == "x + 1"
+    assert str(simplify(2 * x + 3 * x - x * 5)) == "0"
+    assert str(simplify(x * x**2 / x)) == "x**2"
+    assert str(simplify((x**2) ** 3)) == "x**6"
+    assert str(simplify(exp(0) + log(1) * x)) == "1"
+    assert str(simplify(x / (y * 2))) == "x/(2*y)"
+    assert str(simplify(1 - x)) == "1 - x"
+    assert str(simplify(-(x * y))) == "-x*y"
+
+
+def test_size_counts_the_tree_not_the_objects():
+    u = x * y
+    assert size(u + u) == 7  # u is one object, written twice
+    assert size(5) == 1
+
+
+def test_expression_swell_is_geometric_and_the_gradient_graph_linear():
+    series = symbolic.swell_series(10)
+    assert series["n"] == list(range(1, 11))
+    swell, graph = series["derivative"], series["gradient_graph"]
+    assert all(b > a for a, b in pairwise(swell))
+    assert all(b / a > 2 for a, b in pairwise(swell[2:]))  # at least doubling
+    steps = {b - a for a, b in pairwise(graph)}
+    assert len(steps) == 1 and steps.pop() > 0  # the same number of nodes per step
+    assert swell[-1] > 100 * graph[-1]
+    assert all(s <= d for s, d in zip(series["simplified"], swell, strict=True))
+
+
+def test_swelled_derivative_still_evaluates_correctly():
+    l10 = symbolic.logistic_map(x, 10)
+    derivative = float(evaluate(diff(l10, x), {"x": 0.3}))
+    expected = ad.grad(lambda t: symbolic.logistic_map(t, 10))(0.3)
+    assert derivative == pytest.approx(float(expected), rel=1e-10)
+
+
+def test_to_graph_computes_the_same_function_and_gradient():
+    expr = x**2 * y + sin(x) / y
+    graph = symbolic.to_graph(expr, {"x": ad.tensor(1.3, name="x"), "y": ad.tensor(0.7)})
+    leaves = {node.name: node for node in ad.find_topo_sort([graph]) if not node.inputs}
+    assert float(graph.value) == pytest.approx(float(evaluate(expr, {"x": 1.3, "y": 0.7})))
+    (dx,) = ad.gradients(graph, [leaves["x"]])
+    assert float(dx.value) == pytest.approx(float(evaluate(diff(expr, x), {"x": 1.3, "y": 0.7})))
+
+
+def test_to_graph_makes_placeholders_and_shares_repeated_objects():
+    u = sin(x)
+    graph = symbolic.to_graph(u * u + y)
+    nodes = ad.find_topo_sort([graph])
+    assert sorted(n.name for n in nodes if not n.inputs) == ["x", "y"]
+    assert sum(1 for n in nodes if n.op.name == "sin") == 1
+    leaves = {n.name: n for n in nodes if not n.inputs}
+    value = ad.evaluate(graph, {leaves["x"]: 0.5, leaves["y"]: 1.0})
+    assert float(value) == pytest.approx(math.sin(0.5) ** 2 + 1)
+
+
+def test_evaluate_on_arrays():
+    values = np.array([0.5, 1.0, 2.0])
+    np.testing.assert_allclose(evaluate(diff(x * log(x), x), {"x": values}), np.log(values) + 1)
+
+
+def test_deep_expressions_need_no_recursion():
+    expr = x
+    for _ in range(5000):
+        expr = expr + x
+    assert evaluate(diff(expr, x), {"x": 2}) == 5001
+    assert str(simplify(expr)) == "5001*x"
+
+
+def test_clear_errors():
+    with pytest.raises(TypeError, match="with respect to a Symbol"):
+        diff(x * y, x * y)
+    with pytest.raises(TypeError, match="with respect to a Symbol"):
+        diff(x, "x")
+    with pytest.raises(ValueError, match="unknown function 'sinh'.*sin, cos, exp, log, tanh"):
+        symbolic.function("sinh", x)
+    with pytest.raises(KeyError, match="no value for symbol 'y'"):
+        evaluate(x + y, {"x": 1.0})
+    with pytest.raises(TypeError, match="cannot use a str"):
+        x + "y"
+    with pytest.raises(ValueError, match="identifier"):
+        Symbol("2x")
