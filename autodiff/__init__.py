@@ -8,7 +8,7 @@
 0.077
 """
 
-from . import backend, executor, functional, graph, numerical, ops
+from . import backend, executor, forward, functional, graph, numerical, ops, symbolic
 from .executor import Executor, evaluate
 from .functional import grad, jvp, value_and_grad, vjp
 from .gradients import gradients, jvp_graph
@@ -45,6 +45,7 @@ __all__ = [
     "evaluate",
     "executor",
     "find_topo_sort",
+    "forward",
     "functional",
     "grad",
     "gradients",
@@ -53,6 +54,7 @@ __all__ = [
     "jvp_graph",
     "numerical",
     "ops",
+    "symbolic",
     "tensor",
     "value_and_grad",
     "vjp",

@@ -51,3 +51,18 @@ def test_the_readme_tour_runs():
     exec(compile(tour, "README.md (tour)", "exec"), namespace)
     assert float(namespace["dy"].value) == pytest.approx(0.0770037537)
     assert namespace["dw_value"].shape == (3, 2)
+
+
+def test_the_readme_four_ways_runs():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## The four ways to differentiate", 1)[1]
+    code = section.split("```python", 1)[1].split("```")[0]
+    namespace = {}
+    exec(compile(code, "README.md (four ways)", "exec"), namespace)
+    assert str(namespace["simple"]) == "2*x*y"
+    assert namespace["dual"].value == 42.0 and namespace["dual"].tangent == 24.0
+    assert namespace["jac"].tolist() == [24.0, 10.0]
+    assert namespace["counter"].passes == 2
+    assert [float(g) for g in namespace["grads"]] == [24.0, 10.0]
+    swell = namespace["swell"]
+    assert swell["derivative"][-1] > 10 * swell["gradient_graph"][-1]
