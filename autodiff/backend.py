@@ -13,6 +13,8 @@ array would upcast it. That is why ``2 * x`` never changes the dtype of ``x``.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ Array = Any  # a numpy.ndarray or a cupy.ndarray
 DEVICES = ("cpu", "gpu")
 _DEVICE_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}
 _cupy = None
+_default_device = "cpu"
 
 
 def _import_cupy():
@@ -81,18 +84,76 @@ def available_devices() -> list[str]:
     return devices
 
 
+def get_default_device() -> str:
+    """The device of new leaves made from lists, numbers or NumPy arrays ('cpu' at start)."""
+    return _default_device
+
+
+def set_default_device(device: str) -> None:
+    """Make ``ad.tensor`` and ``ad.constant`` put new leaves on ``device`` by default.
+
+    >>> set_default_device("cpu"); get_default_device()
+    'cpu'
+    """
+    global _default_device
+    device = normalize_device(device)
+    if device == "gpu":
+        _import_cupy()  # fail now, with the install hint, rather than at the first op
+    _default_device = device
+
+
+@contextmanager
+def using_device(device: str) -> Iterator[str]:
+    """``with using_device("gpu"):`` new leaves default to the GPU inside the block."""
+    previous = _default_device
+    set_default_device(device)
+    try:
+        yield _default_device
+    finally:
+        set_default_device(previous)
+
+
+def leaf_device(data: Any, device: str | None) -> str:
+    """Where a new leaf goes: the device asked for; else a GPU array stays on the GPU,
+    and anything else goes to the default device."""
+    if device is not None:
+        return normalize_device(device)
+    return "gpu" if device_of(data) == "gpu" else _default_device
+
+
 def asarray(data: Any, dtype: Any = None, device: str | None = None, copy: bool = False) -> Array:
     """An array on ``device`` (default: where ``data`` already is, else the CPU).
 
     ``copy=True`` always makes a new array, so later changes to ``data`` do not leak in.
+    On the GPU, data with no dtype of its own (Python numbers, lists) becomes float32,
+    the GPU's working precision; arrays keep their dtype, and ``dtype=`` always wins.
     """
     target = normalize_device(device) if device is not None else device_of(data)
     if target == "gpu":
         cupy = _import_cupy()
+        if dtype is None and not hasattr(data, "dtype"):
+            dtype = _GPU_DEFAULT_DTYPE if _is_floating_data(data) else None
         return cupy.array(data, dtype=dtype) if copy else cupy.asarray(data, dtype=dtype)
     if device_of(data) == "gpu":
         data = data.get()
     return np.array(data, dtype=dtype) if copy else np.asarray(data, dtype=dtype)
+
+
+_GPU_DEFAULT_DTYPE = "float32"
+
+
+def _is_floating_data(data: Any) -> bool:
+    return np.asarray(data).dtype.kind == "f"
+
+
+def memory_info() -> dict[str, int]:
+    """The CuPy memory pool: bytes held by live arrays, and bytes the pool keeps for reuse.
+
+    Freed GPU arrays go back to the pool, not to the driver, so ``held_bytes`` stays
+    flat across training steps once the pool has warmed up.
+    """
+    pool = _import_cupy().get_default_memory_pool()
+    return {"used_bytes": int(pool.used_bytes()), "held_bytes": int(pool.total_bytes())}
 
 
 def to_device(x: Array, device: str) -> Array:

@@ -30,6 +30,10 @@ class DTypeError(TypeError):
     """An input whose dtype the op cannot take (the message names the op and the dtype)."""
 
 
+class DeviceError(ValueError):
+    """Inputs of one op on different devices (the message names the op and both devices)."""
+
+
 # Switched off while gradients() builds a gradient graph, so that gradient nodes are
 # evaluated afterwards, only if they are needed (see gradients.py). The nodes built
 # meanwhile are recorded in creation order, which is a topological order.
@@ -249,7 +253,9 @@ class Op:
         try:
             return self.compute(*input_vals, **attrs)
         except Exception as exc:
-            if isinstance(exc, (ShapeError, DTypeError)) or str(exc).startswith(f"{self.name}:"):
+            if isinstance(exc, (ShapeError, DTypeError, DeviceError)) or str(exc).startswith(
+                f"{self.name}:"
+            ):
                 raise  # already written for a student
             raise self.explain(exc, input_vals, attrs) from exc
 
@@ -267,6 +273,18 @@ class Op:
         """Turn an error from ``compute`` into one that names the op and its inputs."""
         inputs = ", ".join(describe(v) for v in input_vals)
         settings = f" with {attrs}" if attrs else ""
+        devices = [
+            (i, backend.device_of(v))
+            for i, v in enumerate(input_vals)
+            if type(v).__name__ == "ndarray"
+        ]
+        if len({device for _, device in devices}) > 1:
+            placed = ", ".join(f"input {i} on {device}" for i, device in devices)
+            return DeviceError(
+                f"{self.name}: inputs are on different devices ({placed}). Move one with "
+                f"ad.backend.to_device(x, 'gpu'), or make leaves with device='gpu' "
+                f"(or ad.backend.set_default_device('gpu'))."
+            )
         if "broadcast" in str(exc):
             shapes = " and ".join(str(tuple(getattr(v, "shape", ()))) for v in input_vals)
             return ShapeError(
@@ -351,6 +369,7 @@ def tensor(data, name: str | None = None, dtype=None, device: str | None = None)
     array([3., 6.], dtype=float32)
     """
     node = Node(TensorLeaf._instance, (), {}, name or "tensor")
+    device = backend.leaf_device(data, device)
     node.value = backend.asarray(data, dtype=dtype, device=device, copy=True)
     return node
 
@@ -359,9 +378,9 @@ def constant(data, name: str | None = None, dtype=None, device: str | None = Non
     """A leaf that is never differentiated. Python numbers stay dtype-less ("weak")."""
     node = Node(Constant._instance, (), None, name or "constant")
     if backend.is_weak_scalar(data) and dtype is None and device is None:
-        node.value = data
+        node.value = data  # weak on every device
     else:
-        node.value = backend.asarray(data, dtype=dtype, device=device)
+        node.value = backend.asarray(data, dtype=dtype, device=backend.leaf_device(data, device))
     return node
 
 

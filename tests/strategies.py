@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -330,3 +331,11 @@ def expressions(with_functions=False, max_leaves=8):
         return options
 
     return st.recursive(leaves, extend, max_leaves=max_leaves)
+
+
+# -- devices ---------------------------------------------------------------------------------
+
+HAS_GPU = "gpu" in ad.backend.available_devices()
+NO_GPU = "no GPU here: the gpu tests need CuPy and a CUDA device (pip install -e '.[gpu]')"
+requires_gpu = pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)
+DEVICES = [pytest.param("cpu"), pytest.param("gpu", marks=requires_gpu)]
