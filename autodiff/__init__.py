@@ -8,11 +8,24 @@
 0.077
 """
 
-from . import backend, executor, forward, functional, graph, numerical, ops, symbolic
+from . import (
+    backend,
+    data,
+    executor,
+    forward,
+    functional,
+    graph,
+    nn,
+    numerical,
+    ops,
+    optim,
+    symbolic,
+)
 from .executor import Executor, evaluate
 from .functional import grad, jvp, value_and_grad, vjp
 from .gradients import gradients, jvp_graph
 from .graph import (
+    DeviceError,
     DTypeError,
     Node,
     Op,
@@ -31,6 +44,7 @@ from .ops import __all__ as _op_names
 __version__ = "0.1.0"
 
 __all__ = [
+    "DeviceError",
     "DTypeError",
     "Executor",
     "Node",
@@ -41,6 +55,7 @@ __all__ = [
     "backend",
     "check_grads",
     "constant",
+    "data",
     "deferred",
     "evaluate",
     "executor",
@@ -52,8 +67,10 @@ __all__ = [
     "graph",
     "jvp",
     "jvp_graph",
+    "nn",
     "numerical",
     "ops",
+    "optim",
     "symbolic",
     "tensor",
     "value_and_grad",

@@ -1,0 +1,233 @@
+"""Layers, models, losses and a training loop: a thin layer over the engine.
+
+A model is a Python object that holds its parameters as ``ad.tensor`` leaves and builds
+its forward graph when called. Training repeats three steps: build the loss, let
+``gradients`` build the gradient graph, and let an optimiser (``autodiff.optim``)
+change the parameters' values in place. ``train`` builds the graph *once*, with
+placeholders for the batch, and runs it with an ``Executor`` for every batch: the
+define-then-run style, which saves rebuilding the graph in Python at every step.
+
+>>> from autodiff import data, optim
+>>> x, y = data.xor()
+>>> model = MLP([2, 8, 2], activation="tanh", seed=0)
+>>> history = train(model, cross_entropy, optim.Adam(model.parameters(), lr=0.05),
+...                 x, y, epochs=300, progress=False)
+>>> accuracy(model, x, y)
+1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import backend, data
+from .executor import Executor
+from .gradients import gradients
+from .graph import Node, TensorLeaf, Variable, constant, tensor
+from .ops import matmul, mean, relu, sigmoid, softmax_cross_entropy, tanh
+
+
+class Module:
+    """Base class of layers and models: finds parameters, moves them between devices."""
+
+    def __call__(self, x: Node) -> Node:
+        raise NotImplementedError(f"{type(self).__name__} must define __call__(x)")
+
+    def parameters(self) -> list[Node]:
+        """The tensor leaves held by this module and its submodules, in definition order."""
+        found: list[Node] = []
+        for value in vars(self).values():
+            for item in value if isinstance(value, list | tuple) else [value]:
+                if isinstance(item, Module):
+                    found.extend(item.parameters())
+                elif isinstance(item, Node) and isinstance(item.op, TensorLeaf):
+                    found.append(item)
+        return found
+
+    @property
+    def device(self) -> str:
+        params = self.parameters()
+        return backend.device_of(params[0].value) if params else "cpu"
+
+    def to(self, device: str) -> Module:
+        """Move every parameter to ``device`` ('cpu' or 'gpu'); returns the module."""
+        for param in self.parameters():
+            param.value = backend.to_device(param.value, device)
+        return self
+
+
+class Linear(Module):
+    """y = x @ W + b, with W of shape (n_in, n_out) and b of shape (n_out,).
+
+    ``init="he"`` draws W with standard deviation sqrt(2 / n_in), which keeps the scale
+    of activations steady through ReLU layers; ``"xavier"`` uses sqrt(2 / (n_in +
+    n_out)), suited to tanh and sigmoid. Biases start at zero.
+    """
+
+    def __init__(
+        self,
+        n_in: int,
+        n_out: int,
+        *,
+        bias: bool = True,
+        init: str = "he",
+        dtype: str = "float32",
+        device: str | None = None,
+        seed: int = 0,
+        name: str = "linear",
+    ):
+        scales = {"he": (2 / n_in) ** 0.5, "xavier": (2 / (n_in + n_out)) ** 0.5}
+        if init not in scales:
+            raise ValueError(f"Linear: init must be one of {sorted(scales)}, got {init!r}.")
+        device = backend.leaf_device(None, device)
+        weight = backend.random_normal((n_in, n_out), dtype, device, seed) * scales[init]
+        self.weight = tensor(weight, name=f"{name}.weight")
+        self.bias = tensor(weight[0] * 0, name=f"{name}.bias") if bias else None
+
+    def __call__(self, x: Node) -> Node:
+        y = matmul(x, self.weight)
+        return y + self.bias if self.bias is not None else y
+
+
+ACTIVATIONS: dict[str, Callable[[Node], Node]] = {"relu": relu, "tanh": tanh, "sigmoid": sigmoid}
+
+
+class MLP(Module):
+    """A multilayer perceptron: ``sizes = [inputs, hidden..., outputs]``.
+
+    Hidden layers apply ``activation``; the last layer is linear (logits for
+    ``cross_entropy``, or predictions for ``mse_loss``).
+
+    >>> model = MLP([64, 32, 10])
+    >>> [tuple(p.shape) for p in model.parameters()]
+    [(64, 32), (32,), (32, 10), (10,)]
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        activation: str | Callable[[Node], Node] = "relu",
+        *,
+        dtype: str = "float32",
+        device: str | None = None,
+        seed: int = 0,
+    ):
+        if len(sizes) < 2:
+            raise ValueError(f"MLP: sizes needs an input and an output size, got {sizes}.")
+        if isinstance(activation, str):
+            if activation not in ACTIVATIONS:
+                raise ValueError(
+                    f"MLP: unknown activation {activation!r}; use one of "
+                    f"{sorted(ACTIVATIONS)} or pass a function of a Node."
+                )
+            init = "he" if activation == "relu" else "xavier"
+            activation = ACTIVATIONS[activation]
+        else:
+            init = "xavier"
+        self.activation = activation
+        self.layers = [
+            Linear(a, b, init=init, dtype=dtype, device=device, seed=seed + i, name=f"layer{i}")
+            for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True))
+        ]
+
+    def __call__(self, x: Node) -> Node:
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.layers[-1](x)
+
+
+# -- losses and metrics --------------------------------------------------------------------
+
+
+def mse_loss(prediction: Node, target: Any) -> Node:
+    """Mean squared error, averaged over every entry: mean((prediction - target)**2)."""
+    return mean((prediction - target) ** 2)
+
+
+def cross_entropy(logits: Node, labels: Any) -> Node:
+    """Softmax cross-entropy averaged over the batch (``ad.softmax_cross_entropy``)."""
+    return softmax_cross_entropy(logits, labels)
+
+
+def accuracy(model: Module, x: Any, y: Any, batch_size: int = 4096) -> float:
+    """The fraction of rows of ``x`` whose largest logit is at the label ``y``."""
+    device = model.device
+    correct = 0
+    for start in range(0, len(x), batch_size):
+        logits = model(constant(x[start : start + batch_size], device=device)).value
+        xp = backend.namespace(logits)
+        labels = backend.to_device(y[start : start + batch_size], device)
+        correct += int((xp.argmax(logits, axis=-1) == labels).sum())
+    return correct / len(x)
+
+
+# -- training --------------------------------------------------------------------------------
+
+
+@dataclass
+class History:
+    """What ``train`` measured: the loss at every step and its mean over each epoch."""
+
+    loss: list[float] = field(default_factory=list)
+    epoch_loss: list[float] = field(default_factory=list)
+
+
+def _step_function(model: Module, loss_fn: Callable, x: Any, y: Any, compiled: bool):
+    """A function (x_batch, y_batch) -> [loss, *parameter gradients] as arrays."""
+    params = model.parameters()
+    if not compiled:  # define-by-run: a new graph for every batch
+
+        def rebuild_and_run(xb, yb):
+            loss = loss_fn(model(constant(xb)), constant(yb))
+            return [loss.value, *[g.value for g in gradients(loss, params)]]
+
+        return rebuild_and_run
+    x_var = Variable("x", shape=(None, *x.shape[1:]), dtype=x.dtype)
+    y_var = Variable("y", shape=(None, *y.shape[1:]), dtype=y.dtype)
+    loss = loss_fn(model(x_var), y_var)
+    executor = Executor([loss, *gradients(loss, params)])
+    return lambda xb, yb: executor.run({x_var: xb, y_var: yb})
+
+
+def train(
+    model: Module,
+    loss_fn: Callable[[Node, Any], Node],
+    optimizer: Any,
+    x: Any,
+    y: Any,
+    *,
+    epochs: int = 1,
+    batch_size: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+    compiled: bool = True,
+) -> History:
+    """Fit ``model`` to ``(x, y)``: ``epochs`` passes over shuffled batches.
+
+    ``loss_fn(model_output, labels)`` builds the loss; ``optimizer`` (from
+    ``autodiff.optim``) updates the model's parameters. With ``compiled=True`` the
+    graph is built once and run per batch; ``compiled=False`` rebuilds it every step
+    (define-by-run), which is slower but lets the model change between steps. Batches go
+    to the model's device. ``progress`` shows a tqdm bar with the epoch's loss.
+    """
+    from tqdm.auto import tqdm  # imported here: it is slow to import, and only train needs it
+
+    step = _step_function(model, loss_fn, x, y, compiled)
+    history = History()
+    steps_per_epoch = -(-len(x) // (batch_size or len(x)))
+    bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, desc="training")
+    for epoch in range(epochs):
+        losses = []  # device scalars: read back once per epoch, not once per step
+        for xb, yb in data.batches(x, y, batch_size, shuffle, seed + epoch, model.device):
+            loss, *grads = step(xb, yb)
+            optimizer.step(grads)
+            losses.append(loss)
+            bar.update()
+        history.loss.extend(float(v) for v in losses)
+        history.epoch_loss.append(sum(history.loss[-len(losses) :]) / len(losses))
+        bar.set_postfix(loss=f"{history.epoch_loss[-1]:.4f}")
+    bar.close()
+    return history
