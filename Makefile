@@ -9,7 +9,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 	2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: lab test bench lint format clean
+.PHONY: lab test bench bench-gpu lint format clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: the kit needs Python 3.11 or newer on PATH" \
@@ -32,6 +32,11 @@ test: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_engine.py
+	$(BIN)/python benchmarks/bench_training.py
+
+# On a machine with an NVIDIA GPU (CUDA 12): CuPy from the gpu extra, PyTorch with CUDA.
+bench-gpu: $(VENV)/.installed-bench $(VENV)/.installed-gpu
+	$(BIN)/python benchmarks/bench_gpu.py
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check autodiff tests benchmarks

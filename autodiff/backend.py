@@ -146,6 +146,13 @@ def _is_floating_data(data: Any) -> bool:
     return np.asarray(data).dtype.kind == "f"
 
 
+def synchronize() -> None:
+    """Wait for the GPU to finish queued work (a no-op without CuPy): GPU calls return
+    before the kernels finish, so timings must synchronise first."""
+    if _cupy is not None:
+        _cupy.cuda.Device().synchronize()
+
+
 def memory_info() -> dict[str, int]:
     """The CuPy memory pool: bytes held by live arrays, and bytes the pool keeps for reuse.
 

@@ -66,3 +66,16 @@ def test_the_readme_four_ways_runs():
     assert [float(g) for g in namespace["grads"]] == [24.0, 10.0]
     swell = namespace["swell"]
     assert swell["derivative"][-1] > 10 * swell["gradient_graph"][-1]
+
+
+def test_the_readme_training_example_runs():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Training, on the CPU or the GPU", 1)[1]
+    code = section.split("```python", 1)[1].split("```")[0]
+    namespace = {}
+    exec(compile(code, "README.md (training)", "exec"), namespace)
+    assert (
+        namespace["nn"].accuracy(namespace["model"], namespace["x_test"], namespace["y_test"])
+        > 0.95
+    )
+    assert len(namespace["history"].epoch_loss) == 10
