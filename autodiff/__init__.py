@@ -8,7 +8,7 @@
 0.077
 """
 
-from . import backend, executor, functional, graph, numerical, ops
+from . import backend, executor, functional, graph, numerical, ops, viz
 from .executor import Executor, evaluate
 from .functional import grad, jvp, value_and_grad, vjp
 from .gradients import gradients, jvp_graph
@@ -56,5 +56,6 @@ __all__ = [
     "tensor",
     "value_and_grad",
     "vjp",
+    "viz",
     *_op_names,
 ]
