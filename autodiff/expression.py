@@ -155,9 +155,10 @@ class _Builder:
 
     def call(self, tree: ast.Call) -> Node:
         if not isinstance(tree.func, ast.Name):
+            what = "a method (a.b())" if isinstance(tree.func, ast.Attribute) else "this"
             raise ExpressionError(
-                f"refused a call of {_describe(tree.func)}: call the library's functions by "
-                f"name, e.g. sin(x). {ALLOWED}."
+                f"refused calling {what}: call the library's functions by name, e.g. sin(x); "
+                f"{ALLOWED}."
             )
         name = tree.func.id
         if name not in FUNCTIONS:
