@@ -23,7 +23,6 @@ True
 
 from __future__ import annotations
 
-import html
 import pathlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -354,9 +353,8 @@ def _format_numbers(item: Any) -> str:
 
 
 def _label(node: Node, adjoint_of: Sequence[Node]) -> str:
-    """An HTML-like Graphviz label: symbol; name; adjoint of; settings; shape and value."""
-    rows = [f"<b>{html.escape(_symbol(node), quote=False)}</b>"]
-    small = []
+    """A node's label, one line each: symbol; name; adjoint of; settings; shape; value."""
+    small = [_symbol(node)]
     if not node.op.is_leaf and node.name != node.op.name:
         small.append(node.name)
     if adjoint_of:
@@ -368,10 +366,17 @@ def _label(node: Node, adjoint_of: Sequence[Node]) -> str:
     if not isinstance(node.op, Constant):
         value = _short_value(node.value)
         small.append(f"= {value}" if value is not None else "")
-    for text in small:
-        if text:
-            rows.append(f'<font point-size="10">{html.escape(text, quote=False)}</font>')
-    return "<" + "<br/>".join(rows) + ">"
+    return _lines(small)
+
+
+def _lines(texts: list[str]) -> str:
+    r"""Plain text lines for a DOT label: ``\n`` between lines, backslashes escaped.
+
+    Plain, not HTML-like labels: the WebAssembly build of Graphviz has no XML parser,
+    and draws a node with an HTML-like label as its bare id.
+    """
+    text = "\\n".join(text.replace("\\", "\\\\") for text in texts if text)
+    return graphviz.nohtml(text)  # a name such as "<x>" is text too
 
 
 # DOT ------------------------------------------------------------------------------------
@@ -394,7 +399,7 @@ def _to_dot(scene: _Scene, function: str, max_nodes: int, collapse: bool) -> str
     graph.attr("node", margin="0.08,0.04", height="0.3")
     graph.attr("edge", color=INK, arrowsize="0.7")
     if scene.caption:
-        graph.attr(label=html.escape(scene.caption, quote=False), labelloc="t", fontsize="16")
+        graph.attr(label=_lines([scene.caption]), labelloc="t", fontsize="16")
     drawer = _Drawer(scene, ids, folded, align=count <= ALIGN_LIMIT)
     if scene.gradient:
         with graph.subgraph(name="cluster_forward") as forward:
@@ -513,7 +518,7 @@ class _Drawer:
         small = f"{len(chain)} ops folded"
         if last.shape:
             small += f", {tuple(last.shape)}"
-        return f'<<b>{html.escape(text)}</b><br/><font point-size="10">{small}</font>>'
+        return _lines([text, small])
 
 
 def _fold_chains(topo_order: list[Node], keep: set[Node], ids: dict[Node, str]) -> dict:
