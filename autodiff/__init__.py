@@ -20,6 +20,7 @@ from . import (
     ops,
     optim,
     symbolic,
+    viz,
 )
 from .executor import Executor, evaluate
 from .functional import grad, jvp, value_and_grad, vjp
@@ -75,5 +76,6 @@ __all__ = [
     "tensor",
     "value_and_grad",
     "vjp",
+    "viz",
     *_op_names,
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from . import backend
 from .executor import fill_values
@@ -37,6 +38,40 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+@dataclass
+class AdjointStep:
+    """One step of the reverse pass: ``node``'s adjoint is the sum of ``contributions``;
+    its gradient rule then ``sent`` one contribution to each input that needs one."""
+
+    node: Node
+    contributions: list[Node]
+    adjoint: Node
+    sent: list[Node]
+
+
+# Set by ``recording_steps()``; drawings of the reverse pass (viz.backward_steps) read it.
+_steps: list[AdjointStep] | None = None
+
+
+@contextmanager
+def recording_steps() -> Iterator[list[AdjointStep]]:
+    """Record the steps of every reverse pass run inside the block, in order.
+
+    >>> import autodiff as ad
+    >>> x = ad.tensor(3.0, name="x")
+    >>> with recording_steps() as steps:
+    ...     (dx,) = ad.gradients(x * x, [x])
+    >>> [(s.node.name, len(s.contributions)) for s in steps]
+    [('multiply', 1), ('x', 2)]
+    """
+    global _steps
+    previous, _steps = _steps, []
+    try:
+        yield _steps
+    finally:
+        _steps = previous
 
 
 def _check_nodes(function: str, output, wrt) -> list[Node]:
@@ -102,6 +137,9 @@ def _reverse_pass(output: Node, wrt: list[Node], output_grad: Node) -> list[Node
         if node not in on_path or not parts:
             continue
         adjoint[node] = _sum_contributions(parts)
+        sent: list[Node] = []
+        if _steps is not None:
+            _steps.append(AdjointStep(node, parts, adjoint[node], sent))
         if node.op.is_leaf:
             continue
         input_grads = _input_gradients(node, adjoint[node])
@@ -111,6 +149,7 @@ def _reverse_pass(output: Node, wrt: list[Node], output_grad: Node) -> list[Node
             if node.op.broadcasts and node.op.unbroadcast_needed(node, index):
                 grad = sum_to_like(grad, x)
             contributions.setdefault(x, []).append(grad)
+            sent.append(grad)
     return [adjoint[x] if x in adjoint else zeros_like(x) for x in wrt]
 
 

@@ -1,0 +1,160 @@
+"""The command line for lecturers: ``python -m autodiff render EXPR -o fig.svg``.
+
+Exit status: 0 when the figure is written; 2 for a refused expression or bad arguments;
+1 when the expression is fine but cannot be computed or drawn (shapes that do not fit,
+a format the renderer cannot make).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from . import renderer, viz
+from .expression import ExpressionError, parse
+from .graph import Node, tensor
+
+EXAMPLES = """\
+examples:
+  python -m autodiff render "x*y + sin(x)" --wrt x y -o fig.svg
+      forward graph and gradient graph side by side, as in the lecture
+  python -m autodiff render "x**2*y + y + 2" --at x=3 y=4 -o classic.svg
+      the same with values: each node shows its value, each adjoint its gradient
+  python -m autodiff render "tanh(matmul(x, W) + b)" --at "x=[[1,2]]" \\
+      "W=[[1,0],[0,1]]" "b=[0.5,0.5]" --wrt W b -o layer.pdf
+      a matmul layer, as PDF (PNG and PDF need Graphviz's `dot` program)
+  python -m autodiff render "x*sin(x)" --mode steps -o step.svg
+      the reverse pass one node at a time: step-01.svg, step-02.svg, ...
+  python -m autodiff render "exp(x) / (1 + exp(x))" --mode forward -o f.png
+
+The expression uses the library's names: numbers, variables, + - * / ** @, unary minus,
+and the functions exp log sin cos tanh sigmoid relu sqrt power maximum matmul transpose
+sum mean softmax log_softmax logsumexp. It is parsed, never run: anything else
+(attributes, other calls, imports, lambdas, ...) is refused with exit status 2.
+"""
+
+
+class UsageError(ValueError):
+    """Arguments that do not fit the expression (exit status 2)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m autodiff`` argument parser (one command: ``render``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m autodiff", description="Tools of the autodiff course kit."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    render = commands.add_parser(
+        "render",
+        help="draw a lecture figure from an expression",
+        description="Draw the forward graph of an expression and its gradient graph.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    render.add_argument("expression", metavar="EXPR", help='e.g. "x*y + sin(x)"')
+    render.add_argument(
+        "--wrt",
+        nargs="+",
+        metavar="NAME",
+        help="differentiate with respect to these (default: all)",
+    )
+    render.add_argument(
+        "-o", "--output", required=True, help="the file to write: .svg, .png, .pdf or .dot"
+    )
+    render.add_argument(
+        "--at", nargs="+", default=[], metavar="NAME=VALUE", help="values: x=3 or 'w=[1, 2]'"
+    )
+    render.add_argument(
+        "--mode",
+        choices=["side-by-side", "forward", "steps"],
+        default="side-by-side",
+        help="side-by-side (default), the forward graph only, or one file per backward step",
+    )
+    render.add_argument("--title", help="the caption (default: the expression)")
+    render.add_argument("--renderer", choices=renderer.RENDERERS, default="auto")
+    render.add_argument("--max-nodes", type=int, default=viz.MAX_NODES)
+    render.add_argument("--collapse", action="store_true", help="fold chains of ops into one")
+    return parser
+
+
+def values_at(assignments: Sequence[str]) -> dict[str, Node]:
+    """``["x=3", "w=[1, 2]"]`` as named tensor leaves (JSON numbers and lists only).
+
+    >>> values_at(["x=3"])["x"].value
+    array(3.)
+    """
+    leaves = {}
+    for assignment in assignments:
+        name, sep, text = assignment.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise UsageError(f"--at {assignment!r}: write NAME=VALUE, e.g. x=3 or 'w=[1, 2]'.")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--at {name}: {text!r} is not a number or a list.") from exc
+        if not _is_numbers(value):
+            raise UsageError(f"--at {name}: {text!r} is not a number or a list of numbers.")
+        leaves[name] = tensor(value, name=name, dtype="float64")
+    return leaves
+
+
+def _is_numbers(value) -> bool:
+    if isinstance(value, list):
+        return all(_is_numbers(item) for item in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def render(args: argparse.Namespace) -> list[str]:
+    """Draw ``args.expression`` as ``args.mode`` asks; the paths written."""
+    suffix = args.output.rpartition(".")[2].lower()
+    if suffix not in ("svg", "png", "pdf", "dot"):
+        raise UsageError(
+            f"-o {args.output}: the suffix picks the format: .svg, .png, .pdf or .dot."
+        )
+    leaves = values_at(args.at)
+    output, variables = parse(args.expression, leaves)
+    unused = [name for name in leaves if name not in variables]
+    if unused:
+        raise UsageError(f"--at names {', '.join(unused)}, which the expression does not use.")
+    wrt = args.wrt or list(variables)
+    for name in wrt:
+        if name not in variables:
+            found = ", ".join(variables) or "none"
+            raise UsageError(f"--wrt {name}: the expression has no variable {name!r} ({found}).")
+    nodes = [variables[name] for name in wrt]
+    if args.mode == "steps":
+        steps = viz.backward_steps(output, nodes, max_nodes=args.max_nodes)
+        for drawing in steps:
+            drawing.renderer = args.renderer
+        return [str(path) for path in steps.save(args.output)]
+    options = {"max_nodes": args.max_nodes, "collapse": args.collapse}
+    title = args.title or args.expression
+    if args.mode == "forward":
+        drawing = viz.draw(output, title=title, **options)
+    else:
+        drawing = viz.side_by_side(output, nodes, title=title, **options)
+    drawing.renderer = args.renderer
+    return [str(drawing.save(args.output))]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        written = render(args)
+    except (ExpressionError, UsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, ArithmeticError, renderer.RendererError, OSError) as exc:
+        print(f"error: cannot draw {args.expression!r}: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

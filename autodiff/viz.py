@@ -1,0 +1,560 @@
+"""Drawing graphs: the forward graph, and beside it the gradient graph that reverse mode builds.
+
+This is the lecture's "AutoDiff algorithm" picture. The forward graph flows up from its
+leaves (lined up at the bottom) to the output. The gradient graph, in a second colour,
+flows down from the seed ``ones_like(output)`` to the adjoints of the inputs. Each value
+of the forward graph that a gradient node reads is a dashed link across: the gradient
+graph re-uses forward values; it does not recompute them.
+
+* ``draw(*nodes)``: the forward graph of ``nodes``;
+* ``side_by_side(output, wrt)``: forward and gradient graphs in one picture;
+* ``backward_steps(output, wrt)``: the reverse pass one node at a time (a slider in Jupyter).
+
+Each returns a ``Drawing``: Jupyter shows it as SVG, ``.source`` is its DOT text, and
+``.save("fig.svg")`` writes ``.svg .png .pdf`` or ``.dot`` (see renderer.py for which
+renderer makes which format).
+
+>>> import autodiff as ad
+>>> x = ad.tensor(3.0, name="x")
+>>> picture = side_by_side(x * ad.sin(x), [x])
+>>> "cluster_gradient" in picture.source
+True
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import graphviz
+
+from . import backend, renderer
+from .gradients import AdjointStep, gradients, recording_steps
+from .graph import Constant, Node, find_topo_sort
+
+INK = "#334155"  # forward graph
+GRADIENT = "#c2410c"  # gradient graph: nodes, edges and text
+CROSS = "#64748b"  # dashed links: forward values that gradient nodes read
+LEAF_FILL = "#e2e8f0"
+GRADIENT_FILL = "#fff7ed"
+HIGHLIGHT = "#fde047"  # backward_steps: the adjoint being filled in
+CONTRIBUTION = "#fdba74"  # backward_steps: the contributions summed into it
+MAX_NODES = 300
+MIN_RUN = 3  # collapse=True folds chains of at least this many ops
+# Leaves are lined up in one row up to this many nodes. In a deep graph the row makes
+# long edges up to every layer, and Graphviz's crossing minimisation then takes minutes
+# (a 40-layer MLP: 27 s for its forward graph alone, 0.07 s without the row).
+ALIGN_LIMIT = 100
+
+SYMBOLS = {
+    "add": "+",
+    "subtract": "−",
+    "multiply": "×",
+    "divide": "÷",
+    "negative": "−",
+    "power": "**",
+    "matmul": "matmul",
+}
+
+
+class GraphTooLarge(ValueError):
+    """A graph with more nodes than ``max_nodes`` (the message says how to draw it anyway)."""
+
+
+class Drawing:
+    """A picture of a graph: SVG in Jupyter, ``.source`` (DOT), ``.save(path)``.
+
+    ``renderer`` is ``"auto"`` (Graphviz's ``dot`` when on PATH, else WebAssembly),
+    ``"dot"`` or ``"wasm"``.
+    """
+
+    def __init__(self, source: str, renderer: str = "auto"):
+        self.source = source
+        self.renderer = renderer
+        self._svg: str | None = None
+
+    def svg(self) -> str:
+        """The picture as SVG text (rendered once, then kept)."""
+        if self._svg is None:
+            self._svg = renderer.render(self.source, "svg", self.renderer).decode()
+        return self._svg
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return {"image/svg+xml": self.svg(), "text/plain": repr(self)}
+
+    def save(self, path: str | pathlib.Path) -> pathlib.Path:
+        """Write the picture; the suffix (``.svg .png .pdf .dot``) picks the format.
+
+        >>> import autodiff as ad, tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> draw(ad.tensor(1.0, name="x") + 1).save(folder / "x.dot").suffix
+        '.dot'
+        """
+        path = pathlib.Path(path)
+        suffix = path.suffix.lower().lstrip(".")
+        if suffix in ("dot", "gv"):
+            path.write_text(self.source)
+        elif suffix == "svg":
+            path.write_text(self.svg())
+        elif suffix in renderer.FORMATS:
+            path.write_bytes(renderer.render(self.source, suffix, self.renderer))
+        else:
+            raise ValueError(
+                f"save: cannot tell the format of '{path.name}' from its suffix: "
+                f"use .svg, .png, .pdf or .dot."
+            )
+        return path
+
+    def __repr__(self) -> str:
+        return "<Drawing: shown as SVG in Jupyter; .source is DOT; .save('fig.svg') writes it>"
+
+
+# What to draw ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Scene:
+    """The nodes of one picture and how each is marked."""
+
+    forward: list[Node]  # topological order
+    gradient: list[Node] = field(default_factory=list)  # not in forward, topological order
+    outputs: list[Node] = field(default_factory=list)
+    results: list[Node] = field(default_factory=list)  # the gradients asked for
+    adjoint_of: dict[Node, list[Node]] = field(default_factory=dict)  # gradient -> forward
+    fill: dict[Node, str] = field(default_factory=dict)  # highlighted nodes
+    hidden: set[Node] = field(default_factory=set)  # laid out but not drawn (steps)
+    caption: str | None = None
+
+
+def draw(
+    *nodes: Node, max_nodes: int = MAX_NODES, collapse: bool = False, title: str | None = None
+) -> Drawing:
+    """The forward graph of ``nodes``: leaves at the bottom, outputs (double border) on top.
+
+    ``collapse=True`` folds each chain of ops (a repeated layer, say) into one node;
+    a graph of more than ``max_nodes`` nodes is refused with a message saying so.
+
+    >>> import autodiff as ad
+    >>> x, y = ad.tensor(3.0, name="x"), ad.tensor(4.0, name="y")
+    >>> print(draw(x * y + ad.sin(x)).source.count("->"))   # five edges
+    5
+    """
+    if not nodes or not all(isinstance(n, Node) for n in nodes):
+        raise TypeError("draw: pass one or more Nodes, e.g. draw(y) or draw(loss, grad).")
+    scene = _Scene(find_topo_sort(nodes), outputs=list(nodes), caption=title)
+    return Drawing(_to_dot(scene, "draw", max_nodes, collapse))
+
+
+def side_by_side(
+    output: Node,
+    wrt: Sequence[Node],
+    *,
+    max_nodes: int = MAX_NODES,
+    collapse: bool = False,
+    title: str | None = None,
+) -> Drawing:
+    """The forward graph of ``output`` on the left, the gradient graph on the right.
+
+    The gradient graph is the one ``ad.gradients(output, wrt)`` builds. Its nodes and
+    edges are in a second colour; the adjoint of each forward node says so in its label;
+    dashed links show the forward values it reads. ``output`` may itself be a gradient
+    (second derivatives), and the graph may be symbolic (no values yet).
+
+    >>> import autodiff as ad
+    >>> x = ad.Variable("x")
+    >>> picture = side_by_side(ad.exp(x) * x, [x])
+    >>> picture.source.count("style=dashed") >= 2
+    True
+    """
+    scene, _, _ = _gradient_scene(output, wrt)
+    scene.caption = title
+    return Drawing(_to_dot(scene, "side_by_side", max_nodes, collapse))
+
+
+def _gradient_scene(output: Node, wrt: Sequence[Node]) -> tuple[_Scene, list[AdjointStep], Node]:
+    wrt = list(wrt)
+    with recording_steps() as steps:
+        results = gradients(output, wrt)
+    forward = find_topo_sort([output, *wrt])
+    in_forward = set(forward)
+    adjoints = [step.adjoint for step in steps]
+    gradient = [n for n in find_topo_sort([*results, *adjoints]) if n not in in_forward]
+    adjoint_of: dict[Node, list[Node]] = {}
+    for step in steps:  # one node can be several adjoints: + passes its adjoint on as is
+        if step.adjoint not in in_forward:
+            adjoint_of.setdefault(step.adjoint, []).append(step.node)
+    scene = _Scene(forward, gradient, [output], results, adjoint_of)
+    seed = steps[0].contributions[0] if steps else results[0]
+    return scene, steps, seed
+
+
+# The reverse pass, step by step ---------------------------------------------------------
+
+
+class BackwardSteps(Sequence[Drawing]):
+    """The pictures of ``backward_steps``: a sequence of Drawings, a slider in Jupyter."""
+
+    def __init__(self, drawings: list[Drawing], captions: list[str]):
+        self.steps = drawings
+        self.captions = captions
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self.steps[index]
+
+    def __iter__(self) -> Iterator[Drawing]:
+        return iter(self.steps)
+
+    def save(self, path: str | pathlib.Path) -> list[pathlib.Path]:
+        """Write one file per step: ``fig.svg`` becomes ``fig-01.svg``, ``fig-02.svg``, ..."""
+        path = pathlib.Path(path)
+        width = max(2, len(str(len(self.steps))))
+        return [
+            drawing.save(path.with_name(f"{path.stem}-{i:0{width}d}{path.suffix}"))
+            for i, drawing in enumerate(self.steps, start=1)
+        ]
+
+    def widget(self) -> Any:
+        """An ipywidgets slider (with a play button) that steps through the pictures."""
+        import ipywidgets
+
+        play = ipywidgets.Play(min=1, max=len(self), interval=1500, description="play")
+        slider = ipywidgets.IntSlider(min=1, max=len(self), description="step")
+        picture = ipywidgets.HTML(self.steps[0].svg())
+        ipywidgets.jslink((play, "value"), (slider, "value"))
+
+        def show(change: dict) -> None:
+            picture.value = self.steps[change["new"] - 1].svg()
+
+        slider.observe(show, names="value")
+        return ipywidgets.VBox([ipywidgets.HBox([play, slider]), picture])
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        try:
+            display(self.widget())
+        except ImportError:  # no ipywidgets: every step, one below the other
+            for drawing in self.steps:
+                display(drawing)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return self.steps[-1]._repr_mimebundle_()
+
+    def __repr__(self) -> str:
+        return f"<BackwardSteps: {len(self)} pictures of the reverse pass>"
+
+
+def backward_steps(output: Node, wrt: Sequence[Node], *, max_nodes: int = MAX_NODES):
+    """The reverse pass as pictures, one per node in reverse topological order.
+
+    Picture k shows the gradient graph as far as the engine has built it: the forward
+    node whose adjoint is filled in and that adjoint (yellow), the contributions summed
+    into it (orange), and what its gradient rule sent on to its inputs. Every picture
+    has the same layout, so stepping through them animates the algorithm.
+
+    >>> import autodiff as ad
+    >>> x = ad.tensor(3.0, name="x")
+    >>> steps = backward_steps(x * x, [x])
+    >>> len(steps), steps.captions[-1]
+    (2, "step 2 of 2: adjoint of 'x' = sum of 2 contributions")
+    """
+    base, trace, seed = _gradient_scene(output, wrt)
+    drawings, captions = [], []
+    in_gradient = set(base.gradient)
+    for k, step in enumerate(trace):
+        built = [seed] + [n for s in trace[: k + 1] for n in (s.adjoint, *s.sent)]
+        visible = find_topo_sort(built, descend=lambda n: n in in_gradient)
+        scene = _Scene(base.forward, base.gradient, base.outputs, base.results, base.adjoint_of)
+        scene.hidden = in_gradient - set(visible)
+        scene.fill = _step_fill(step)
+        scene.caption = _step_caption(k, len(trace), step)
+        captions.append(scene.caption)
+        drawings.append(Drawing(_to_dot(scene, "backward_steps", max_nodes, False)))
+    return BackwardSteps(drawings, captions)
+
+
+def _step_fill(step: AdjointStep) -> dict[Node, str]:
+    fill = {part: CONTRIBUTION for part in step.contributions}
+    fill[step.node] = HIGHLIGHT
+    # _sum_contributions adds them left to right: adjoint = ((c0 + c1) + c2) + ...
+    node = step.adjoint
+    for _ in step.contributions[1:]:
+        fill[node] = HIGHLIGHT
+        node = node.inputs[0]
+    fill[step.adjoint] = HIGHLIGHT
+    return fill
+
+
+def _step_caption(k: int, count: int, step: AdjointStep) -> str:
+    parts = len(step.contributions)
+    if k == 0:
+        how = "the seed ones_like(output)"
+    elif parts == 1:
+        how = "its one contribution"
+    else:
+        how = f"sum of {parts} contributions"
+    return f"step {k + 1} of {count}: adjoint of '{_title(step.node)}' = {how}"
+
+
+# Labels ---------------------------------------------------------------------------------
+
+
+def _title(node: Node) -> str:
+    """What a node is called in a caption: its name, or its op's symbol."""
+    if node.name != node.op.name or node.op.is_leaf:
+        return node.name
+    return _symbol(node)
+
+
+def _symbol(node: Node) -> str:
+    if isinstance(node.op, Constant):
+        text = _short_value(node.value)
+        return text if text is not None else "constant"
+    if node.op.is_leaf:
+        return node.name
+    if node.op.name == "power_scalar":
+        return f"** {node.attrs['exponent']:g}"
+    return SYMBOLS.get(node.op.name, node.op.name)
+
+
+def _attrs_text(node: Node) -> str | None:
+    """The op's settings worth a glance (axis=1, trans_A=True), skipping the defaults."""
+    if node.op.is_leaf or node.op.name == "power_scalar":
+        return None
+    shown = []
+    for key, value in node.attrs.items():
+        if value is None or value is False or isinstance(value, dict):
+            continue
+        shown.append(f"{key}={value}")
+    return ", ".join(shown) or None
+
+
+def _short_value(value: Any) -> str | None:
+    """A value in a few characters: '3', '[1, 2.5]'; None for more than four numbers."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return f"{value:.4g}"
+    array = backend.to_numpy(value)
+    if array.size > 4:
+        return None
+    return _format_numbers(array.tolist())
+
+
+def _format_numbers(item: Any) -> str:
+    if isinstance(item, list):
+        return "[" + ", ".join(_format_numbers(x) for x in item) + "]"
+    return f"{item:.4g}"
+
+
+def _label(node: Node, adjoint_of: Sequence[Node]) -> str:
+    """A node's label, one line each: symbol; name; adjoint of; settings; shape; value."""
+    small = [_symbol(node)]
+    if not node.op.is_leaf and node.name != node.op.name:
+        small.append(node.name)
+    if adjoint_of:
+        small.append("adjoint of " + ", ".join(_title(n) for n in adjoint_of))
+    small.append(_attrs_text(node) or "")
+    shape = node.shape
+    if shape:
+        small.append(str(tuple(shape)))
+    if not isinstance(node.op, Constant):
+        value = _short_value(node.value)
+        small.append(f"= {value}" if value is not None else "")
+    return _lines(small)
+
+
+def _lines(texts: list[str]) -> str:
+    r"""Plain text lines for a DOT label: ``\n`` between lines, backslashes escaped.
+
+    Plain, not HTML-like labels: the WebAssembly build of Graphviz has no XML parser,
+    and draws a node with an HTML-like label as its bare id.
+    """
+    text = "\\n".join(text.replace("\\", "\\\\") for text in texts if text)
+    return graphviz.nohtml(text)  # a name such as "<x>" is text too
+
+
+# DOT ------------------------------------------------------------------------------------
+
+
+def _to_dot(scene: _Scene, function: str, max_nodes: int, collapse: bool) -> str:
+    ids = {node: f"n{i}" for i, node in enumerate(scene.forward + scene.gradient)}
+    keep = set(scene.outputs) | set(scene.results)
+    folded = {}
+    if collapse:
+        folded.update(_fold_chains(scene.forward, keep, ids))
+        folded.update(_fold_chains(scene.gradient, keep, ids))
+    count = len(ids) - len(folded) + len(set(folded.values()))
+    if count > max_nodes:
+        _refuse(function, count, max_nodes, collapse)
+    graph = graphviz.Digraph("autodiff")
+    # Bottom to top, as in the lecture: leaves below, the output above.
+    graph.attr(rankdir="BT", nodesep="0.3", ranksep="0.35", fontname="Helvetica")
+    graph.attr("node", shape="box", style="rounded", fontname="Helvetica", color=INK)
+    graph.attr("node", margin="0.08,0.04", height="0.3")
+    graph.attr("edge", color=INK, arrowsize="0.7")
+    if scene.caption:
+        graph.attr(label=_lines([scene.caption]), labelloc="t", fontsize="16")
+    drawer = _Drawer(scene, ids, folded, align=count <= ALIGN_LIMIT)
+    if scene.gradient:
+        with graph.subgraph(name="cluster_forward") as forward:
+            forward.attr(label="forward graph", labelloc="t", color="#cbd5e1", fontcolor=INK)
+            drawer.add_forward(forward)
+        with graph.subgraph(name="cluster_gradient") as gradient:
+            gradient.attr(label="gradient graph", labelloc="t", color="#fed7aa")
+            gradient.attr(fontcolor=GRADIENT)
+            drawer.add_gradient(gradient)
+        drawer.add_cross_links(graph)
+    else:
+        drawer.add_forward(graph)
+    return graph.source
+
+
+def _refuse(function: str, count: int, max_nodes: int, collapse: bool) -> None:
+    fold = (
+        "even with collapse=True"
+        if collapse
+        else "or pass collapse=True to fold chains of ops (repeated layers) into one node each"
+    )
+    raise GraphTooLarge(
+        f"{function}: the picture would have {count} nodes, more than max_nodes={max_nodes}. "
+        f"Pass max_nodes={count} to draw it all (Graphviz lays out 500 nodes in seconds), "
+        f"{fold}; or draw a smaller part of the graph."
+    )
+
+
+class _Drawer:
+    """Adds one scene's nodes and edges to Graphviz (sub)graphs."""
+
+    def __init__(self, scene: _Scene, ids: dict[Node, str], folded: dict[Node, str], align: bool):
+        self.scene, self.ids, self.folded, self.align = scene, ids, folded, align
+        self.in_gradient = set(scene.gradient)
+        self.edges: set[tuple[str, str]] = set()
+        self.chains: dict[str, list[Node]] = {}
+        for node, stand_in in folded.items():
+            self.chains.setdefault(stand_in, []).append(node)
+
+    def id(self, node: Node) -> str:
+        return self.folded.get(node) or self.ids[node]
+
+    def add_forward(self, graph: graphviz.Digraph) -> None:
+        leaves = []
+        for node in self.scene.forward:
+            self.add_node(graph, node, gradient=False)
+            if node.op.is_leaf:
+                leaves.append(self.id(node))
+            for x in node.inputs:
+                self.add_edge(graph, x, node, {})
+        self.line_up(graph, leaves)  # the leaves at the bottom
+
+    def add_gradient(self, graph: graphviz.Digraph) -> None:
+        for node in self.scene.gradient:
+            self.add_node(graph, node, gradient=True)
+            for x in node.inputs:
+                if x in self.in_gradient:
+                    # Written head to tail with dir=back: the gradient graph flows down,
+                    # from the seed at the top to the inputs' adjoints at the bottom.
+                    attrs = {"color": GRADIENT, "dir": "back"}
+                    self.add_edge(graph, node, x, attrs, hidden=node in self.scene.hidden)
+        results = [self.id(n) for n in self.scene.results if n in self.in_gradient]
+        self.line_up(graph, list(dict.fromkeys(results)))  # the gradients asked for
+
+    def line_up(self, graph: graphviz.Digraph, node_ids: list[str]) -> None:
+        if not self.align or len(node_ids) < 2:
+            return
+        with graph.subgraph() as row:
+            row.attr(rank="same")
+            for node_id in node_ids:
+                row.node(node_id)
+
+    def add_cross_links(self, graph: graphviz.Digraph) -> None:
+        in_forward = set(self.scene.forward)
+        for node in self.scene.gradient:
+            for x in node.inputs:
+                if x in in_forward:
+                    attrs = {"style": "dashed", "color": CROSS, "constraint": "false"}
+                    self.add_edge(graph, x, node, attrs, hidden=node in self.scene.hidden)
+
+    def add_edge(self, graph, tail: Node, head: Node, attrs: dict, hidden: bool = False) -> None:
+        key = (self.id(tail), self.id(head))
+        if key[0] == key[1] or key in self.edges:
+            return  # inside a folded chain, or drawn already
+        self.edges.add(key)
+        if hidden or tail in self.scene.hidden or head in self.scene.hidden:
+            attrs = {**attrs, "style": "invis"}
+        graph.edge(*key, **attrs)
+
+    def add_node(self, graph: graphviz.Digraph, node: Node, gradient: bool) -> None:
+        node_id = self.id(node)
+        if node in self.folded:
+            if node_id == self.ids[node]:  # the chain's last node stands for the chain
+                graph.node(node_id, label=self.folded_label(node), style="rounded,dashed")
+            return
+        attrs = {"label": _label(node, self.scene.adjoint_of.get(node, []))}
+        styles = ["rounded"]
+        if node.op.is_leaf or gradient:
+            styles.append("filled")
+            attrs["fillcolor"] = GRADIENT_FILL if gradient else LEAF_FILL
+        if gradient:
+            attrs.update(color=GRADIENT, fontcolor=GRADIENT)
+        if node in self.scene.fill:
+            styles.append("filled")
+            attrs["fillcolor"] = self.scene.fill[node]
+            attrs["penwidth"] = "2"
+        if node in self.scene.outputs or node in self.scene.results:
+            attrs["peripheries"] = "2"
+        attrs["style"] = "invis" if node in self.scene.hidden else ",".join(dict.fromkeys(styles))
+        graph.node(node_id, **attrs)
+
+    def folded_label(self, last: Node) -> str:
+        chain = self.chains[self.ids[last]]
+        names = [n.op.name for n in chain]
+        text = _repeats(names)
+        small = f"{len(chain)} ops folded"
+        if last.shape:
+            small += f", {tuple(last.shape)}"
+        return _lines([text, small])
+
+
+def _fold_chains(topo_order: list[Node], keep: set[Node], ids: dict[Node, str]) -> dict:
+    """Chains of ops, each reading the one before it and nothing else of the graph (leaves
+    aside), where nothing else reads the inner ones: a stack of layers, say. Returns each
+    folded node's stand-in id, the id of its chain's last node."""
+    part = set(topo_order)
+    readers: dict[Node, int] = {}
+    for node in topo_order:
+        for x in node.inputs:
+            readers[x] = readers.get(x, 0) + 1
+    chain_ending_at: dict[Node, list[Node]] = {}
+    for node in topo_order:
+        if node.op.is_leaf or node in keep:  # outputs and adjoints stay in sight
+            continue
+        inner = [x for x in node.inputs if x in part and not x.op.is_leaf]
+        previous = inner[0] if len(inner) == 1 else None
+        if previous is not None and readers[previous] == 1 and previous not in keep:
+            chain_ending_at[node] = chain_ending_at.pop(previous, [previous]) + [node]
+    folded = {}
+    for last, chain in chain_ending_at.items():
+        if len(chain) >= MIN_RUN:
+            for node in chain:
+                folded[node] = ids[last]
+    return folded
+
+
+def _repeats(names: list[str]) -> str:
+    """'(matmul → add → tanh) × 4' for a repeated pattern, else the first and last ops.
+
+    >>> _repeats(["matmul", "add", "tanh", "matmul", "add", "tanh"])
+    '(matmul → add → tanh) × 2'
+    """
+    for period in range(1, len(names) // 2 + 1):
+        if len(names) % period == 0 and names == names[:period] * (len(names) // period):
+            return f"({' → '.join(names[:period])}) × {len(names) // period}"
+    if len(names) <= 4:
+        return " → ".join(names)
+    return f"{names[0]} → {names[1]} → … → {names[-1]}"
