@@ -1,6 +1,7 @@
 # The kit's commands. Everything runs inside .venv, made once from any Python >= 3.11.
 #   make lab    open the course in JupyterLab        make test   run every test
 #   make bench  run the speed comparisons             make lint   ruff + mypy
+# Grading (README.md, "Grading"): make release, collect ZIP=..., autograde, feedback, grades
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 	2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: lab test bench bench-gpu lint format clean
+.PHONY: lab test bench bench-gpu lint format clean release collect autograde feedback grades
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: the kit needs Python 3.11 or newer on PATH" \
@@ -29,6 +30,25 @@ lab: $(VENV)/.installed-course
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
+
+# --- grading with nbgrader (nbgrader_config.py; autodiff/instructor.py) ---
+GRADE := $(BIN)/python -m autodiff.instructor
+
+release: $(VENV)/.installed-course
+	$(GRADE) release
+
+collect: $(VENV)/.installed-course
+	@test -n "$(ZIP)" || { echo "usage: make collect ZIP=download.zip [ASSIGNMENT=name]"; exit 2; }
+	$(GRADE) collect "$(ZIP)" $(ASSIGNMENT)
+
+autograde: $(VENV)/.installed-course
+	$(GRADE) autograde $(ASSIGNMENT) $(if $(STUDENT),--student $(STUDENT)) $(if $(FORCE),--force)
+
+feedback: $(VENV)/.installed-course
+	$(GRADE) feedback $(ASSIGNMENT)
+
+grades: $(VENV)/.installed-course
+	$(GRADE) grades
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_engine.py

@@ -24,3 +24,26 @@ c.Execute.kernel_name = "python3"
 # A cell gets this many seconds (a student's infinite loop earns nothing for that cell).
 c.Execute.timeout = int(os.environ.get("GRADING_CELL_TIMEOUT", "60"))
 c.Execute.interrupt_on_timeout = True
+
+# Grading goes on when a student's cell kills the kernel (autodiff/instructor.py).
+c.Autograde.autograde_preprocessors = [
+    "autodiff.instructor.ResilientExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+# Test cells a student deleted come back from the source (emptied ones always do).
+c.OverwriteCells.add_missing_cells = True
+
+# Feedback without hidden tests: neither their source nor their tracebacks.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "autodiff.instructor.RedactHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
+
+# LMS downloads: Canvas, Moodle, or one folder per student (make collect ZIP=...).
+c.ZipCollectApp.collector_plugin = "autodiff.instructor.LMSCollector"
