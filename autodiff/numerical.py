@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from . import backend
 from .gradients import gradients, jvp_graph
@@ -30,7 +31,14 @@ from .ops import sum
 # Named tolerances (rtol, atol) for check_grads, by dtype.
 TOLERANCES = {"float64": (1e-5, 1e-7), "float32": (2e-2, 2e-3)}
 METHODS = ("forward", "backward", "central", "complex")
-_EPS = {"float64": 2.220446049250313e-16, "float32": 1.1920929e-07}  # machine epsilon
+# Machine epsilon, by dtype; a complex number rounds like its real and imaginary parts.
+_EPS = {
+    "float64": 2.220446049250313e-16,
+    "float32": 1.1920929e-07,
+    "float16": 9.765625e-04,
+    "complex128": 2.220446049250313e-16,
+    "complex64": 1.1920929e-07,
+}
 _COMPLEX_STEP = 1e-20  # far below eps: the complex step has no cancellation to fear
 
 
@@ -51,6 +59,13 @@ def default_step(x, method: str = "central", dtype="float64") -> float:
     eps = _EPS.get(str(dtype), _EPS["float64"])
     power = 1 / 3 if method == "central" else 1 / 2
     return eps**power * scale
+
+
+def _dtype_name(x: Any) -> str:
+    """The dtype whose rounding the step must beat: x's own, float64 for Python numbers,
+    lists and integers (which x + h turns into float64)."""
+    name = "float64" if backend.is_weak_scalar(x) else str(backend.asarray(x).dtype)
+    return name if name in _EPS else "float64"
 
 
 def _check_method(caller: str, method: str) -> None:
@@ -81,7 +96,8 @@ def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
 
     ``x`` may also be an array when f acts elementwise; then every entry is stepped at
     once and the result holds each entry's derivative. ``f`` may return an array: the
-    result is then the derivative of each output along the step.
+    result is then the derivative of each output along the step. The default step is
+    balanced for x's dtype: float16 and float32 need far bigger steps than float64.
 
     >>> round(derivative(lambda x: x**3, 2.0), 6)
     12.0
@@ -89,7 +105,7 @@ def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
     12.0
     """
     _check_method("derivative", method)
-    h = default_step(x, method) if h is None else h
+    h = default_step(x, method, _dtype_name(x)) if h is None else h
     if method == "forward":
         return (f(x + h) - f(x)) / h
     if method == "backward":

@@ -206,3 +206,23 @@ def test_jacobian_never_changes_the_callers_array():
     x = np.array([1.0, 2.0])
     numerical.jacobian(lambda v: v * v, x)
     np.testing.assert_array_equal(x, [1.0, 2.0])
+
+
+# -- low precision, NaN errors, list outputs -------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype, eps", [("float16", 9.765625e-4), ("float32", 1.1920929e-7)])
+def test_default_step_follows_the_dtype_of_x(dtype, eps):
+    x = np.array([1.0, 3.0], dtype=dtype)
+    assert numerical.default_step(1.0, "central", dtype) == pytest.approx(eps ** (1 / 3))
+    assert numerical.default_step(1.0, "forward", dtype) == pytest.approx(eps ** (1 / 2))
+    # with a float64 step, x + h == x in float16: the difference would be 0
+    derivative = numerical.derivative(lambda v: v**2, x)
+    assert derivative.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(derivative, 2 * x, rtol=2 * eps ** (2 / 3))  # the balance
+
+
+def test_float32_derivative_is_accurate_to_the_float32_balance():
+    derivative = numerical.derivative(np.exp, np.float32(1.0))
+    assert derivative.dtype == np.float32
+    assert abs(derivative - np.e) < 1e-3  # a float64 step gives about 1e-2
