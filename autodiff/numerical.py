@@ -19,6 +19,7 @@ with central differences along random directions, as HIPS autograd does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -180,9 +181,21 @@ class ErrorCurve:
     exact: float
 
     def best(self, method: str) -> tuple[float, float]:
-        """(h, error) at the smallest error of ``method``."""
+        """(h, error) at the smallest error of ``method``, skipping NaN errors (steps
+        where f or the difference was not defined, such as sqrt stepped below 0)."""
+        if method not in self.errors:
+            raise KeyError(
+                f"ErrorCurve.best: no errors for method {method!r}; this curve has "
+                f"{list(self.errors)}. Pass methods=... to error_curve."
+            )
         errors = self.errors[method]
-        i = min(range(len(errors)), key=errors.__getitem__)
+        defined = [i for i, error in enumerate(errors) if not math.isnan(error)]
+        if not defined:
+            raise ValueError(
+                f"ErrorCurve.best: every error of {method!r} is NaN, so no step is best. "
+                f"Check that f and df are defined at x, and near it for the steps in hs."
+            )
+        i = min(defined, key=errors.__getitem__)
         return self.steps[i], errors[i]
 
 
@@ -191,9 +204,11 @@ def error_curve(
     df: Callable,
     x: float,
     hs: Sequence[float] | None = None,
-    methods: Sequence[str] = ("forward", "central", "complex"),
+    methods: str | Sequence[str] = ("forward", "central", "complex"),
 ) -> ErrorCurve:
     """The data of the classic log-log plot: error against step size, per method.
+
+    ``methods`` is a sequence of names from ``METHODS``, or one name.
 
     Truncation error falls as h shrinks (slope 1 forward, 2 central); below the best
     step rounding error rises as eps / h. The complex step stays at rounding level.
@@ -208,7 +223,7 @@ def error_curve(
     hs = [10.0 ** (-k / 2) for k in range(0, 41)] if hs is None else [float(h) for h in hs]
     exact = float(df(x))
     errors = {}
-    for method in methods:
+    for method in [methods] if isinstance(methods, str) else methods:
         _check_method("error_curve", method)
         errors[method] = [abs(float(derivative(f, x, h, method)) - exact) for h in hs]
     return ErrorCurve(hs, errors, exact)

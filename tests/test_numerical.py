@@ -226,3 +226,27 @@ def test_float32_derivative_is_accurate_to_the_float32_balance():
     derivative = numerical.derivative(np.exp, np.float32(1.0))
     assert derivative.dtype == np.float32
     assert abs(derivative - np.e) < 1e-3  # a float64 step gives about 1e-2
+
+
+def test_best_step_ignores_nan_errors():
+    curve = numerical.ErrorCurve([1e-1, 1e-2, 1e-3], {"central": [np.nan, 1e-4, 1e-6]}, 0.0)
+    assert curve.best("central") == (1e-3, 1e-6)
+    # sqrt near 0: big steps leave the domain (nan), the smallest step is still usable
+    with np.errstate(invalid="ignore"):
+        curve = numerical.error_curve(np.sqrt, lambda v: 0.5 / np.sqrt(v), 1e-3, hs=[1e-2, 1e-6])
+    assert np.isnan(curve.errors["central"][0])
+    assert curve.best("central")[0] == 1e-6
+
+
+def test_best_step_of_an_all_nan_curve_says_why():
+    curve = numerical.ErrorCurve([1e-1, 1e-2], {"forward": [np.nan, np.nan]}, np.nan)
+    with pytest.raises(ValueError, match=r"ErrorCurve.best: every error of 'forward' is NaN"):
+        curve.best("forward")
+    with pytest.raises(KeyError, match=r"no errors for method 'central'.*\['forward'\]"):
+        curve.best("central")
+
+
+def test_error_curve_takes_a_single_method_name():
+    curve = numerical.error_curve(np.sin, np.cos, 1.0, hs=[1e-3, 1e-5], methods="central")
+    assert list(curve.errors) == ["central"]
+    assert curve.best("central")[1] < 1e-9
