@@ -96,8 +96,8 @@ def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
     """f'(x) by finite differences (or the complex step) for a scalar function.
 
     ``x`` may also be an array when f acts elementwise; then every entry is stepped at
-    once and the result holds each entry's derivative. ``f`` may return an array: the
-    result is then the derivative of each output along the step. The default step is
+    once and the result holds each entry's derivative. ``f`` may return an array (or a
+    list): the result is then the derivative of each output along the step. The default step is
     balanced for x's dtype: float16 and float32 need far bigger steps than float64.
 
     >>> round(derivative(lambda x: x**3, 2.0), 6)
@@ -107,6 +107,7 @@ def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
     """
     _check_method("derivative", method)
     h = default_step(x, method, _dtype_name(x)) if h is None else h
+    f = _returning_arrays(f)
     if method == "forward":
         return (f(x + h) - f(x)) / h
     if method == "backward":
@@ -114,6 +115,16 @@ def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
     if method == "complex":
         return _complex_step(f, x, h)
     return (f(x + h) - f(x - h)) / (2 * h)
+
+
+def _returning_arrays(f: Callable) -> Callable:
+    """f, with a list or tuple result turned into an array, so results can be subtracted."""
+
+    def f_array(x):
+        value = f(x)
+        return backend.asarray(value) if isinstance(value, list | tuple) else value
+
+    return f_array
 
 
 def jacobian(f: Callable, x, h: float | None = None, method: str = "central"):

@@ -250,3 +250,9 @@ def test_error_curve_takes_a_single_method_name():
     curve = numerical.error_curve(np.sin, np.cos, 1.0, hs=[1e-3, 1e-5], methods="central")
     assert list(curve.errors) == ["central"]
     assert curve.best("central")[1] < 1e-9
+
+
+@pytest.mark.parametrize("method", ["forward", "backward", "central", "complex"])
+def test_derivative_of_a_function_returning_a_list(method):
+    derivative = numerical.derivative(lambda t: [t * t, np.sin(t)], 0.5, method=method)
+    np.testing.assert_allclose(derivative, [1.0, np.cos(0.5)], rtol=1e-6)
