@@ -43,12 +43,13 @@ _EPS = {
 _COMPLEX_STEP = 1e-20  # far below eps: the complex step has no cancellation to fear
 
 
-def default_step(x, method: str = "central", dtype="float64") -> float:
+def default_step(x: Any, method: str = "central", dtype: Any = "float64") -> float:
     """The step that balances truncation and rounding error, scaled to max(1, |x|).
 
     One-sided differences err by about h |f''| / 2 + eps |f| / h, smallest near
     h = eps**(1/2); central ones by about h**2 |f'''| / 6 + eps |f| / h, smallest near
     h = eps**(1/3). Scaling by |x| keeps x + h a different number from x when x is large.
+    ``dtype`` sets eps (float16, float32 or float64; ``derivative`` passes x's own).
 
     >>> f"{default_step(1.0, 'forward'):.1e}, {default_step(1.0, 'central'):.1e}"
     '1.5e-08, 6.1e-06'
@@ -74,7 +75,7 @@ def _check_method(caller: str, method: str) -> None:
         raise ValueError(f"{caller}: method must be one of {METHODS}, got {method!r}.")
 
 
-def _complex_step(f: Callable, x, h: float):
+def _complex_step(f: Callable, x: Any, h: float) -> Any:
     """Im f(x + ih) / h, refusing functions that drop the imaginary part."""
     try:
         value = f(x + 1j * h)
@@ -92,7 +93,7 @@ def _complex_step(f: Callable, x, h: float):
     return value.imag / h
 
 
-def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
+def derivative(f: Callable, x: Any, h: float | None = None, method: str = "central") -> Any:
     """f'(x) by finite differences (or the complex step) for a scalar function.
 
     ``x`` may also be an array when f acts elementwise; then every entry is stepped at
@@ -120,14 +121,14 @@ def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
 def _returning_arrays(f: Callable) -> Callable:
     """f, with a list or tuple result turned into an array, so results can be subtracted."""
 
-    def f_array(x):
+    def f_array(x: Any) -> Any:
         value = f(x)
         return backend.asarray(value) if isinstance(value, list | tuple) else value
 
     return f_array
 
 
-def jacobian(f: Callable, x, h: float | None = None, method: str = "central"):
+def jacobian(f: Callable, x: Any, h: float | None = None, method: str = "central") -> backend.Array:
     """The Jacobian of f at an array x, one column of differences per entry of x.
 
     The result has shape ``f(x).shape + x.shape``: entry [i, j] is d f_i / d x_j.
@@ -159,7 +160,7 @@ def jacobian(f: Callable, x, h: float | None = None, method: str = "central"):
     return xp.stack(columns, axis=-1).reshape(out_shape + x.shape)
 
 
-def gradient(f: Callable, x, h: float | None = None, method: str = "central"):
+def gradient(f: Callable, x: Any, h: float | None = None, method: str = "central") -> backend.Array:
     """The gradient of a scalar function of an array: its Jacobian, shaped like x.
 
     >>> gradient(lambda v: (v**2).sum(), [1.0, 2.0]).round(6).tolist()
