@@ -12,10 +12,10 @@ so a function of n inputs needs n passes, where reverse mode needs one pass per
 The classic example, f(x, y) = x**2 y + y + 2 at (3, 4):
 
 >>> f = lambda x, y: x**2 * y + y + 2
->>> f(Dual(3, 1), Dual(4, 0))    # seed x: df/dx
-Dual(value=42, tangent=24)
->>> f(Dual(3, 0), Dual(4, 1))    # seed y: df/dy
-Dual(value=42, tangent=10)
+>>> f(Dual(3.0, 1.0), Dual(4.0, 0.0))    # seed x: df/dx
+Dual(value=42.0, tangent=24.0)
+>>> f(Dual(3.0, 0.0), Dual(4.0, 1.0))    # seed y: df/dy
+Dual(value=42.0, tangent=10.0)
 
 Value and tangent may be NumPy arrays of one shape (vector forward mode): then one
 pass gives J v for the direction v held in the tangents.
@@ -34,7 +34,9 @@ class Dual:
     """A value and its tangent (directional derivative), u + u' eps with eps**2 = 0.
 
     ``tangent`` defaults to 0 (a constant). For array values the tangent is broadcast
-    to the value's shape.
+    to the value's shape and takes the value's dtype (float32 stays float32).
+    Derivatives are real numbers, so integers are promoted explicitly: Python ints
+    become floats and integer arrays float64 (an integer tangent would truncate 0.5 to 0).
 
     >>> x = Dual(2.0, 1.0)
     >>> x * x + 3 * x
@@ -42,6 +44,8 @@ class Dual:
     """
 
     __slots__ = ("value", "tangent")
+    value: Any  # a Python float, or a NumPy or CuPy array
+    tangent: Any  # the same kind as value
     __array_ufunc__ = None  # NumPy scalars and arrays defer to our reflected operators
 
     def __init__(self, value: Any, tangent: Any = 0):
@@ -51,15 +55,11 @@ class Dual:
                 "nested derivatives apart, which this module does not do. For higher "
                 "derivatives use the engine: ad.gradients of ad.gradients."
             )
-        self.value = value
-        if not backend.is_weak_scalar(value):
-            value = backend.asarray(value)
-            tangent = backend.asarray(tangent, dtype=value.dtype)
-            if tangent.shape != value.shape:
-                xp = backend.namespace(value)
-                tangent = xp.broadcast_to(tangent, value.shape).copy()
-            self.value = value
-        self.tangent = tangent
+        if backend.is_weak_scalar(value) and backend.is_weak_scalar(tangent):
+            self.value, self.tangent = float(value), float(tangent)
+        else:
+            self.value = _floating_array(value)
+            self.tangent = _tangent_like(self.value, tangent)
 
     # -- the rules of calculus, one operator each ---------------------------------------
 
@@ -168,6 +168,35 @@ class Dual:
 
     def __repr__(self) -> str:
         return f"Dual(value={_short(self.value)}, tangent={_short(self.tangent)})"
+
+
+def _floating_array(value: Any) -> Any:
+    """value as a float (or complex) array; integers and bools become float64."""
+    value = backend.asarray(value)
+    if value.dtype.kind in "biu":
+        return value.astype("float64")
+    if value.dtype.kind not in "fc":
+        raise TypeError(
+            f"Dual: the value has dtype {value.dtype}, but a Dual holds numbers. To make a "
+            f"list of Duals one Dual, stack them: Dual(np.stack(values), np.stack(tangents)) "
+            f"(forward.jvp and forward.jacobian do this for a list that f returns)."
+        )
+    return value
+
+
+def _tangent_like(value: Any, tangent: Any) -> Any:
+    """tangent as an array of value's dtype, device and shape (broadcast to it)."""
+    tangent = backend.asarray(tangent, dtype=value.dtype, device=backend.device_of(value))
+    if tangent.shape == value.shape:
+        return tangent
+    try:
+        return backend.namespace(value).broadcast_to(tangent, value.shape).copy()
+    except ValueError:
+        raise ValueError(
+            f"Dual: tangent has shape {tuple(tangent.shape)} but value has shape "
+            f"{tuple(value.shape)}; give one tangent per entry of the value (or a scalar, "
+            f"used for every entry)."
+        ) from None
 
 
 def _short(x: Any) -> str:

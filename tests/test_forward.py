@@ -149,3 +149,30 @@ def test_clear_errors():
         Dual(Dual(1.0, 1.0), 0.0)
     with pytest.raises(ValueError, match=r"shape \(2,\) but x has shape \(3,\)"):
         forward.jvp(lambda v: v, np.ones(3), np.ones(2))
+
+
+# -- dtypes, special values, list outputs --------------------------------------------------
+
+
+def test_integer_values_and_tangents_become_float64_never_truncated():
+    d = Dual(np.array([1, 2]), 0.5)
+    assert d.value.dtype == np.float64 and d.tangent.dtype == np.float64
+    np.testing.assert_array_equal(d.tangent, [0.5, 0.5])
+    np.testing.assert_array_equal((Dual(np.arange(3), 1) * 0.5).tangent, [0.5, 0.5, 0.5])
+    d = Dual(np.array([1.0, 2.0], dtype=np.float32), np.array([1, 3]))
+    assert d.tangent.dtype == np.float32 and d.tangent.tolist() == [1.0, 3.0]
+    d = Dual(np.int64(3), 1)
+    assert d.value.dtype == np.float64 and (d / 2).tangent == 0.5
+    assert Dual(3, 1).value == 3.0 and type(Dual(3, 1).value) is float
+
+
+def test_a_dual_refuses_values_that_are_not_numbers():
+    with pytest.raises(TypeError, match=r"Dual: the value has dtype object.*list of Duals"):
+        Dual([Dual(1.0, 1.0), Dual(2.0, 0.0)])
+
+
+def test_tangent_shape_mismatch_names_both_shapes():
+    with pytest.raises(
+        ValueError, match=r"Dual: tangent has shape \(2,\) but value has shape \(3,\)"
+    ):
+        Dual(np.ones(3), np.ones(2))
