@@ -80,20 +80,24 @@ class Dual:
     def __truediv__(self, other: Any) -> Dual:  # (u / v)' = (u' v - u v') / v**2
         other = lift(other)
         return Dual(
-            self.value / other.value,
-            (self.tangent * other.value - self.value * other.tangent) / other.value**2,
+            _divide(self.value, other.value),
+            _divide(
+                self.tangent * other.value - self.value * other.tangent, _power(other.value, 2)
+            ),
         )
 
     def __pow__(self, other: Any) -> Dual:
         if not isinstance(other, Dual):  # (u**n)' = n u**(n-1) u'
             if backend.is_weak_scalar(other) and other == 0:
-                return Dual(self.value**0, self.tangent * 0)  # not 0 * u**-1, nan at u = 0
-            return Dual(self.value**other, other * self.value ** (other - 1) * self.tangent)
+                return Dual(_power(self.value, 0), self.tangent * 0)  # not 0 * u**-1 = nan
+            derivative = other * _power(self.value, other - 1)
+            return Dual(_power(self.value, other), derivative * self.tangent)
         # (u**v)' = u**v (v' log u + v u' / u)
-        value = self.value**other.value
+        value = _power(self.value, other.value)
         return Dual(
             value,
-            value * (other.tangent * log(self.value) + other.value * self.tangent / self.value),
+            value
+            * (other.tangent * log(self.value) + _divide(other.value * self.tangent, self.value)),
         )
 
     def __matmul__(self, other: Any) -> Dual:  # (U V)' = U' V + U V'
@@ -211,6 +215,23 @@ def lift(x: Any) -> Dual:
     return x if isinstance(x, Dual) else Dual(x, 0)
 
 
+# Python floats would raise ZeroDivisionError at 1/0.0 and OverflowError at 10.0**400, and
+# give a complex number for (-8.0)**(1/3). A Python-number Dual computes as NumPy float64
+# scalars do, like an array Dual: inf or nan, with NumPy's RuntimeWarning.
+
+
+def _divide(a: Any, b: Any) -> Any:
+    if backend.is_weak_scalar(a) and backend.is_weak_scalar(b):
+        return float(backend.asarray(a, dtype="float64") / b)
+    return a / b
+
+
+def _power(a: Any, b: Any) -> Any:
+    if backend.is_weak_scalar(a) and backend.is_weak_scalar(b):
+        return float(backend.asarray(a, dtype="float64") ** b)
+    return a**b
+
+
 def _numeric(name: str, x: Any) -> Any:
     """The plain function on a number or an array, a Python float for a Python number."""
     result = getattr(backend.namespace(x), name)(x)
@@ -253,7 +274,7 @@ def exp(x: Any) -> Any:
 def log(x: Any) -> Any:
     """log(u)' = u' / u"""
     if isinstance(x, Dual):
-        return Dual(log(x.value), x.tangent / x.value)
+        return Dual(log(x.value), _divide(x.tangent, x.value))
     return _numeric("log", x)
 
 
@@ -261,7 +282,7 @@ def sqrt(x: Any) -> Any:
     """sqrt(u)' = u' / (2 sqrt(u))"""
     if isinstance(x, Dual):
         s = sqrt(x.value)
-        return Dual(s, x.tangent / (2 * s))
+        return Dual(s, _divide(x.tangent, 2 * s))
     return _numeric("sqrt", x)
 
 

@@ -176,3 +176,31 @@ def test_tangent_shape_mismatch_names_both_shapes():
         ValueError, match=r"Dual: tangent has shape \(2,\) but value has shape \(3,\)"
     ):
         Dual(np.ones(3), np.ones(2))
+
+
+@pytest.mark.parametrize(
+    "f, expected",
+    [
+        (lambda x: forward.sqrt(x), (0.0, np.inf)),
+        (lambda x: forward.log(x), (-np.inf, np.inf)),
+        (lambda x: x**0.5, (0.0, np.inf)),
+        (lambda x: x**-1, (np.inf, -np.inf)),
+        (lambda x: 1.0 / x, (np.inf, -np.inf)),
+        (lambda x: 0 ** (x + 1), (0.0, np.nan)),  # d/dy 0**y: log 0 is -inf
+    ],
+)
+def test_python_float_duals_at_zero_behave_like_numpy_floats(f, expected):
+    with pytest.warns(RuntimeWarning):
+        out = f(Dual(0.0, 1.0))
+    with pytest.warns(RuntimeWarning):
+        numpy_out = f(Dual(np.float64(0.0), 1.0))
+    assert type(out.value) is float and type(out.tangent) is float
+    np.testing.assert_equal((out.value, out.tangent), expected)
+    np.testing.assert_equal((out.value, out.tangent), (numpy_out.value, numpy_out.tangent))
+
+
+def test_python_float_overflow_and_negative_roots_are_numpy_like():
+    with pytest.warns(RuntimeWarning):
+        assert (Dual(10.0, 1.0) ** 400).value == np.inf
+    with pytest.warns(RuntimeWarning):
+        assert np.isnan((Dual(-8.0, 1.0) ** (1 / 3)).value)  # nan, not a complex number
