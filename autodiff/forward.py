@@ -87,11 +87,11 @@ class Dual:
         )
 
     def __pow__(self, other: Any) -> Dual:
-        if not isinstance(other, Dual):  # (u**n)' = n u**(n-1) u'
-            if backend.is_weak_scalar(other) and other == 0:
-                return Dual(_power(self.value, 0), self.tangent * 0)  # not 0 * u**-1 = nan
-            derivative = other * _power(self.value, other - 1)
-            return Dual(_power(self.value, other), derivative * self.tangent)
+        other = lift(other)
+        if _is_zero(other.tangent):  # a constant exponent n: (u**n)' = n u**(n-1) u'
+            n = other.value  # (the rule below would take log u: nan for u < 0)
+            derivative = n * _power(self.value, _exponent_of_derivative(n))
+            return Dual(_power(self.value, n), derivative * self.tangent)
         # (u**v)' = u**v (v' log u + v u' / u)
         value = _power(self.value, other.value)
         return Dual(
@@ -230,6 +230,21 @@ def _power(a: Any, b: Any) -> Any:
     if backend.is_weak_scalar(a) and backend.is_weak_scalar(b):
         return float(backend.asarray(a, dtype="float64") ** b)
     return a**b
+
+
+def _is_zero(tangent: Any) -> bool:
+    """True when every entry of tangent is 0: the number it belongs to is a constant."""
+    if backend.is_weak_scalar(tangent):
+        return tangent == 0
+    return not bool(backend.namespace(tangent).any(tangent))
+
+
+def _exponent_of_derivative(n: Any) -> Any:
+    """n - 1, except 0 where n = 0: u**0 = 1 has derivative 0, even at u = 0, where
+    n u**(n-1) would be 0 * inf = nan."""
+    if backend.is_weak_scalar(n):
+        return 0.0 if n == 0 else n - 1
+    return backend.namespace(n).where(n == 0, 0, n - 1)
 
 
 def _numeric(name: str, x: Any) -> Any:

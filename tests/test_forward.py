@@ -204,3 +204,28 @@ def test_python_float_overflow_and_negative_roots_are_numpy_like():
         assert (Dual(10.0, 1.0) ** 400).value == np.inf
     with pytest.warns(RuntimeWarning):
         assert np.isnan((Dual(-8.0, 1.0) ** (1 / 3)).value)  # nan, not a complex number
+
+
+@pytest.mark.parametrize(
+    "exponent",
+    [Dual(2.0, 0.0), np.float64(2.0), Dual(np.float64(2.0), np.float64(0.0)), 2],
+    ids=["Dual with zero tangent", "numpy float", "numpy Dual", "int"],
+)
+def test_constant_exponent_uses_the_power_rule_for_a_negative_base(exponent):
+    out = Dual(-2.0, 1.0) ** exponent
+    assert (float(out.value), float(out.tangent)) == (4.0, -4.0)
+
+
+def test_constant_array_exponent_with_zeros_and_negative_bases():
+    x = Dual(np.array([-2.0, 0.0, 3.0]), 1.0)
+    for exponent in (np.array([3.0, 0.0, 2.0]), Dual(np.array([3.0, 0.0, 2.0]), 0.0)):
+        out = x**exponent
+        np.testing.assert_array_equal(out.value, [-8.0, 1.0, 9.0])
+        np.testing.assert_array_equal(out.tangent, [12.0, 0.0, 6.0])
+    out = Dual(0.0, 1.0) ** np.float64(0.0)
+    assert (float(out.value), float(out.tangent)) == (1.0, 0.0)
+
+
+def test_varying_exponent_still_uses_the_general_rule():
+    out = Dual(2.0, 0.0) ** Dual(3.0, 1.0)  # d/dy 2**y = 2**y log 2
+    assert out.tangent == pytest.approx(8 * math.log(2), rel=1e-15)
