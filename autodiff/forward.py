@@ -354,11 +354,34 @@ def count_passes() -> Iterator[PassCounter]:
 def _forward_pass(f: Callable, x: Any, v: Any) -> Dual:
     for counter in _active_counters:
         counter.passes += 1
-    return lift(f(Dual(x, v)))
+    return _one_dual(f(Dual(x, v)))
+
+
+def _one_dual(out: Any) -> Dual:
+    """f's result as one Dual. A list or tuple (or NumPy object array) of Duals and
+    numbers of one shape is stacked along a new first axis, as np.stack would."""
+    if getattr(getattr(out, "dtype", None), "kind", "") == "O":  # np.array of Duals
+        out = out.tolist()
+    if not isinstance(out, list | tuple):
+        return lift(out)
+    parts = [_one_dual(item) for item in out]
+    shapes = sorted({part.shape for part in parts})
+    if len(shapes) != 1:
+        raise ValueError(
+            f"forward.jvp: f returned a list of {len(parts)} results with shapes {shapes}; "
+            f"to stack them into one output they need one shape. Return a single Dual, "
+            f"or a list of Duals of equal shape."
+        )
+    values = [backend.asarray(part.value) for part in parts]
+    tangents = [backend.asarray(part.tangent) for part in parts]
+    xp = backend.namespace(*values)
+    return Dual(xp.stack(values), xp.stack(tangents))
 
 
 def jvp(f: Callable, x: Any, v: Any) -> tuple[Any, Any]:
     """``(f(x), J v)``: the value and the derivative of f at x in the direction v.
+
+    f returns a Dual, or a list or tuple of Duals of one shape, which are stacked.
 
     >>> jvp(lambda v: v * v, [1.0, 2.0], [1.0, 0.0])
     (array([1., 4.]), array([2., 0.]))

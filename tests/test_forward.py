@@ -229,3 +229,22 @@ def test_constant_array_exponent_with_zeros_and_negative_bases():
 def test_varying_exponent_still_uses_the_general_rule():
     out = Dual(2.0, 0.0) ** Dual(3.0, 1.0)  # d/dy 2**y = 2**y log 2
     assert out.tangent == pytest.approx(8 * math.log(2), rel=1e-15)
+
+
+@pytest.mark.parametrize("container", [list, tuple, np.array])
+def test_jvp_and_jacobian_stack_a_list_of_outputs(container):
+    def f(v):
+        return container([v[0] * v[1], forward.sin(v[0]), 7.0])
+
+    value, tangent = forward.jvp(f, [1.0, 2.0], [1.0, 0.0])
+    np.testing.assert_allclose(value, [2.0, np.sin(1.0), 7.0])
+    np.testing.assert_allclose(tangent, [2.0, np.cos(1.0), 0.0])
+    jac = forward.jacobian(f, [1.0, 2.0])
+    np.testing.assert_allclose(jac, [[2.0, 1.0], [np.cos(1.0), 0.0], [0.0, 0.0]])
+
+
+def test_jvp_refuses_a_list_of_outputs_of_different_shapes():
+    with pytest.raises(
+        ValueError, match=r"forward.jvp: f returned a list.*shapes \[\(\), \(2,\)\]"
+    ):
+        forward.jvp(lambda v: [v[0], v], np.ones(2), np.ones(2))
