@@ -23,6 +23,7 @@ pass gives J v for the direction v held in the tangents.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -46,7 +47,6 @@ class Dual:
     __slots__ = ("value", "tangent")
     value: Any  # a Python float, or a NumPy or CuPy array
     tangent: Any  # the same kind as value
-    __array_ufunc__ = None  # NumPy scalars and arrays defer to our reflected operators
 
     def __init__(self, value: Any, tangent: Any = 0):
         if isinstance(value, Dual) or isinstance(tangent, Dual):
@@ -131,6 +131,13 @@ class Dual:
     def __rmatmul__(self, other: Any) -> Dual:
         return lift(other) @ self
 
+    # NumPy hands `array * x`, `np.float64(2) ** x`, ... to us: do them with our rules.
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        rule = _NUMPY_OPERATORS.get(ufunc.__name__)
+        if method != "__call__" or kwargs or rule is None:
+            raise TypeError(_numpy_function_message(ufunc.__name__))
+        return rule(*[lift(x) for x in inputs])
+
     # Comparisons look at values only: a branch in f is taken the same way for x and
     # for x + eps, which is why dual numbers differentiate programs, not just formulas.
     def __lt__(self, other: Any) -> Any:
@@ -161,17 +168,67 @@ class Dual:
         return tuple(getattr(self.value, "shape", ()))
 
     def __len__(self) -> int:
+        if self.shape == ():
+            raise TypeError("Dual: len() of a scalar Dual; only array Duals have a length.")
         return len(self.value)
+
+    def __bool__(self) -> bool:  # as the value: `if x:` takes the same branch for x + eps
+        if self.shape != ():
+            raise ValueError(
+                f"Dual: the truth value of a Dual with shape {self.shape} is ambiguous; "
+                f"reduce a comparison first, e.g. (x > 0).all() or (x > 0).any()."
+            )
+        return bool(self.value)
 
     def __getitem__(self, index: Any) -> Dual:
         return Dual(self.value[index], self.tangent[index])
 
     def sum(self, axis: Any = None) -> Dual:
         """Sum of the entries: the tangent is summed the same way."""
-        return Dual(self.value.sum(axis=axis), self.tangent.sum(axis=axis))
+        if backend.is_weak_scalar(self.value) and axis is None:
+            return self  # a number is its own sum
+        value, tangent = backend.asarray(self.value), backend.asarray(self.tangent)
+        return Dual(value.sum(axis=axis), tangent.sum(axis=axis))
 
     def __repr__(self) -> str:
         return f"Dual(value={_short(self.value)}, tangent={_short(self.tangent)})"
+
+
+_NUMPY_OPERATORS: dict[str, Callable[..., Any]] = {
+    "add": operator.add,
+    "subtract": operator.sub,
+    "multiply": operator.mul,
+    "divide": operator.truediv,
+    "power": operator.pow,
+    "matmul": operator.matmul,
+    "negative": operator.neg,
+    "positive": operator.pos,
+    "less": operator.lt,
+    "less_equal": operator.le,
+    "greater": operator.gt,
+    "greater_equal": operator.ge,
+    "equal": operator.eq,
+    "not_equal": operator.ne,
+}
+_FUNCTIONS = ("sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "sigmoid")
+
+
+def _numpy_function_message(name: str) -> str:
+    """Why numpy.<name> refuses a Dual, and what to write instead."""
+    if name in _NUMPY_OPERATORS:
+        return (
+            f"numpy.{name} with out= or where= (an in-place operator such as a += x) "
+            f"cannot store a Dual in a NumPy array: write a = a + x instead."
+        )
+    instead = (
+        f"use autodiff.forward.{name}(x), which applies the chain rule"
+        if name in _FUNCTIONS
+        else f"autodiff.forward has no {name}: write it with {', '.join(_FUNCTIONS)} and operators"
+    )
+    return (
+        f"numpy.{name} cannot see the tangent inside a Dual: {instead}, or apply numpy "
+        f"to the value alone: np.{name}(x.value)."
+    )
 
 
 def _floating_array(value: Any) -> Any:

@@ -248,3 +248,30 @@ def test_jvp_refuses_a_list_of_outputs_of_different_shapes():
         ValueError, match=r"forward.jvp: f returned a list.*shapes \[\(\), \(2,\)\]"
     ):
         forward.jvp(lambda v: [v[0], v], np.ones(2), np.ones(2))
+
+
+def test_truth_value_of_a_dual():
+    assert not Dual(0.0, 1.0) and Dual(np.float64(2.0), 0.0)
+    with pytest.raises(ValueError, match=r"Dual: the truth value of a Dual with shape \(2,\)"):
+        bool(Dual(np.ones(2), 0.0))
+
+
+def test_sum_of_a_scalar_dual_is_itself():
+    out = Dual(2.0, 1.0).sum()
+    assert (out.value, out.tangent) == (2.0, 1.0)
+    out = Dual(np.ones((2, 3)), 1.0).sum(axis=0)
+    np.testing.assert_array_equal(out.tangent, [2.0, 2.0, 2.0])
+
+
+def test_numpy_functions_on_a_dual_point_to_autodiff_forward():
+    with pytest.raises(TypeError, match=r"numpy.sin.*autodiff.forward.sin"):
+        np.sin(Dual(1.0, 1.0))
+    with pytest.raises(TypeError, match=r"numpy.arctan.*has no arctan.*np.arctan\(x.value\)"):
+        np.arctan(Dual(1.0, 1.0))
+    a = np.ones(2)
+    with pytest.raises(TypeError, match=r"in-place.*a = a \+ x"):
+        a += Dual(np.ones(2), 0.0)
+    # NumPy's operators still hand over to Dual's own rules
+    out = np.float64(2.0) ** Dual(3.0, 1.0)
+    assert out.tangent == pytest.approx(8 * math.log(2))
+    assert (np.array([1.0, 5.0]) < Dual(np.array([2.0, 2.0]), 0.0)).tolist() == [True, False]
