@@ -289,9 +289,9 @@ _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "**": 4}
 def _precedence(node: Expr) -> int:
     if node.kind == "number":
         value = node.payload
-        if value < 0:
-            return 3  # prints like a negation
-        return 2 if isinstance(value, Fraction) else 5  # 1/3 prints like a division
+        if isinstance(value, Fraction):
+            return 2  # 1/3 and -1/3 print like a division
+        return 3 if value < 0 else 5  # -2 prints like a negation
     return _PRECEDENCE.get(node.kind, 5)  # symbols and function calls never need brackets
 
 

@@ -1,6 +1,8 @@
 """Symbolic differentiation: the textbook rules, sound simplification, expression swell."""
 
+import ast
 import math
+from fractions import Fraction
 from itertools import pairwise
 
 import numpy as np
@@ -99,13 +101,28 @@ def test_simplify_is_sound_with_functions(expr, a, b):
     assert after == pytest.approx(before, rel=1e-9, abs=1e-9)
 
 
+class _ExactNumbers(ast.NodeTransformer):
+    """Read every number in Python source as a Fraction, so 1/3 stays exact."""
+
+    def visit_Constant(self, node):  # noqa: N802  (the name ast asks for)
+        return ast.Call(ast.Name("Fraction", ast.Load()), [node], [])
+
+
+def _read_back(text, env):
+    tree = ast.fix_missing_locations(_ExactNumbers().visit(ast.parse(text, mode="eval")))
+    code = compile(tree, "<printed>", "eval")
+    return eval(code, {"__builtins__": {}, "Fraction": Fraction}, dict(env))
+
+
 @given(
-    expressions(), st.fractions(-3, 3, max_denominator=5), st.fractions(-3, 3, max_denominator=5)
+    expressions(fractions=True),
+    st.fractions(-3, 3, max_denominator=5),
+    st.fractions(-3, 3, max_denominator=5),
 )
 def test_printing_puts_brackets_where_precedence_needs_them(expr, a, b):
     env = {"x": a, "y": b}
     try:  # Python reads our text with its own precedence rules
-        printed = eval(str(expr), {"__builtins__": {}}, dict(env))
+        printed = _read_back(str(expr), env)
     except ZeroDivisionError:
         printed = None
     assert printed == _exact_value(expr, env), str(expr)
@@ -204,3 +221,14 @@ def test_clear_errors():
         x + "y"
     with pytest.raises(ValueError, match="identifier"):
         Symbol("2x")
+
+
+# -- printing fractions, non-finite numbers, free exponents ---------------------------------
+
+
+def test_negative_fractions_print_like_a_division_in_brackets():
+    third = symbolic.Number(Fraction(-1, 3))
+    assert str(x / third) == "x/(-1/3)"
+    assert str(third**x) == "(-1/3)**x"
+    assert str(x**third) == "x**(-1/3)"
+    assert str(x * symbolic.Number(Fraction(1, 3))) == "x*1/3"
