@@ -25,7 +25,9 @@ each distinct object once, so even swollen trees are cheap to measure.
 
 from __future__ import annotations
 
+import math
 import numbers
+import operator
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
@@ -355,9 +357,12 @@ def to_graph(expr: Any, variables: dict[str, Any] | None = None):
 # -- simplification -------------------------------------------------------------------------
 #
 # Sound rules only: wherever the original expression has a finite value, the simplified
-# one has the same value. (It may have a value where the original has none: x/x -> 1.)
+# one has the same value (exactly with ints and Fractions, up to rounding with floats).
+# It may have a value where the original has none: x/x -> 1 at x = 0, and, with IEEE
+# special values, x - x -> 0 and 0*x -> 0 at x = inf, where the original is nan.
 # Sums become coefficient * term lists, products coefficient * base**exponent lists, so
-# like terms and like factors meet and combine; numbers fold exactly (ints, Fractions).
+# like terms and like factors meet and combine; numbers fold exactly (ints, Fractions),
+# and only to finite results: inf, nan and overflow (2.0**10000) stay written out.
 
 
 class _Keys:
@@ -381,6 +386,27 @@ def _is_number(e: Expr, value: Any = None) -> bool:
     return e.kind == "number" and (value is None or e.payload == value)
 
 
+def _is_finite(value: Any) -> bool:
+    """True for ints, Fractions and floats other than inf and nan."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int | Fraction)
+
+
+def _is_integer(value: Any) -> bool:
+    return _is_finite(value) and value == int(value)
+
+
+def _fold(operation: Callable[..., Any], *numbers: Any) -> Any:
+    """operation(*numbers) when that is a finite number, else None: 1/0, inf, nan and
+    overflow (2.0**10000) are not folded, and the expression keeps its numbers."""
+    try:
+        value = operation(*numbers)
+    except (ArithmeticError, ValueError):  # ZeroDivisionError, OverflowError, math domain
+        return None
+    return value if _is_finite(value) else None
+
+
 def _exact(value: Any) -> Any:
     return Fraction(value) if isinstance(value, int) else value
 
@@ -398,16 +424,21 @@ def _factors(e: Expr, keys: _Keys) -> tuple[Any, dict[int, list]]:
             stack[:0] = [(node.args[0], sign), (node.args[1], -sign)]
         elif node.kind == "neg":
             coefficient, stack[:0] = -coefficient, [(node.args[0], sign)]
-        elif node.kind == "number" and not (sign < 0 and node.payload == 0):
-            value = _exact(node.payload)
-            coefficient = coefficient * value if sign > 0 else coefficient / value
+        elif node.kind == "number" and (folded := _times(coefficient, node, sign)) is not None:
+            coefficient = folded
         else:
             base, exponent = node, _exact(sign)
-            if node.kind == "**" and _is_number(node.args[1]):
+            if node.kind == "**" and _is_number(node.args[1]) and _is_finite(node.args[1].payload):
                 base, exponent = node.args[0], sign * _exact(node.args[1].payload)
             entry = factors.setdefault(keys(base), [base, 0])
             entry[1] += exponent
     return coefficient, factors
+
+
+def _times(coefficient: Any, number: Expr, sign: int) -> Any:
+    """coefficient * number (or / number for sign -1) when finite, else None."""
+    operation = operator.mul if sign > 0 else operator.truediv
+    return _fold(operation, coefficient, _exact(number.payload))
 
 
 def _number(value: Any) -> Expr:
@@ -449,6 +480,11 @@ def _simplify_product(node: Expr, keys: _Keys) -> Expr:
     return _product(coefficient, [f for f in factors.values() if f[1] != 0])
 
 
+def _plus(constant: Any, number: Expr, sign: int) -> Any:
+    """constant + number (or - number for sign -1) when finite, else None."""
+    return _fold(operator.add, constant, sign * _exact(number.payload))
+
+
 def _simplify_sum(node: Expr, keys: _Keys) -> Expr:
     """Collect like terms: 2*x + 3*x -> 5*x; constants add up."""
     constant: Any = 0
@@ -461,14 +497,18 @@ def _simplify_sum(node: Expr, keys: _Keys) -> Expr:
             stack[:0] = [(e.args[0], sign), (e.args[1], second)]
         elif e.kind == "neg":
             stack.insert(0, (e.args[0], -sign))
-        elif e.kind == "number":
-            constant = constant + sign * _exact(e.payload)
+        elif e.kind == "number" and (total := _plus(constant, e, sign)) is not None:
+            constant = total
         else:
             coefficient, factors = _factors(e, keys)
             kept = [f for f in factors.values() if f[1] != 0]
-            term_key = tuple(sorted((keys(b), p) for b, p in kept))
+            term_key: tuple = tuple(sorted((keys(b), p) for b, p in kept))
             entry = terms.setdefault(term_key, [0, kept])
-            entry[0] += sign * coefficient
+            total = _fold(operator.add, entry[0], sign * coefficient)
+            if total is None:  # like terms whose sum overflows stay apart
+                terms[("apart", len(terms))] = [sign * coefficient, kept]
+            else:
+                entry[0] = total
     signed = [(c, f) for c, f in terms.values() if c != 0]
     if constant != 0:  # constants go last, unless that makes the sum start with a minus
         where = 0 if constant > 0 and signed and signed[0][0] < 0 else len(signed)
@@ -491,20 +531,25 @@ def _simplify_power(base: Expr, exponent: Expr) -> Expr:
             return Number(1)  # u**0 = 1 wherever u**0 is defined (0**0 = 1 in Python)
         if p == 1:
             return base
-        if _is_number(base) and (base.payload > 0 or (p == int(p) and base.payload != 0)):
-            return _number(_exact(base.payload) ** _exact(p))
-        if base.kind == "**" and _is_number(base.args[1]) and p == int(p):
-            return _power(base.args[0], _exact(base.args[1].payload) * int(p))
+        if _is_number(base) and (base.payload > 0 or (_is_integer(p) and base.payload != 0)):
+            value = _fold(operator.pow, _exact(base.payload), _exact(p))
+            if value is not None:
+                return _number(value)
+        if base.kind == "**" and _is_number(base.args[1]) and _is_integer(p):
+            exponent = _fold(operator.mul, _exact(base.args[1].payload), int(p))
+            if exponent is not None:
+                return _power(base.args[0], exponent)
     if _is_number(base, 1):
         return Number(1)
     return base**exponent
 
 
 def _simplify_function(name: str, arg: Expr) -> Expr:
-    """Fold a function of a number when the result is an integer: exp(0) = 1."""
+    """Fold a function of a number when the result is an integer: exp(0) = 1.
+    (``math`` raises where NumPy would warn: log(0) and exp(1000) are not folded.)"""
     if _is_number(arg):
-        value = float(getattr(backend.namespace(0.0), name)(float(arg.payload)))
-        if value == int(value):
+        value = _fold(lambda a: getattr(math, name)(float(a)), arg.payload)
+        if value is not None and _is_integer(value):
             return Number(int(value))
     return function(name, arg)
 
@@ -512,6 +557,8 @@ def _simplify_function(name: str, arg: Expr) -> Expr:
 def simplify(expr: Any) -> Expr:
     """A smaller expression with the same value: numbers folded, 0 and 1 dropped, like
     terms (2*x + x) and like factors (x * x**2) combined. It never expands products.
+    Where the original has a finite value the result has the same one; it may have a
+    value where the original is undefined or nan (x/x -> 1, and x - x -> 0 at x = inf).
 
     >>> x = Symbol("x")
     >>> simplify(x * 1 + 0 * sin(x) + x / x + 2 * x * x**2)

@@ -232,3 +232,39 @@ def test_negative_fractions_print_like_a_division_in_brackets():
     assert str(third**x) == "(-1/3)**x"
     assert str(x**third) == "x**(-1/3)"
     assert str(x * symbolic.Number(Fraction(1, 3))) == "x*1/3"
+
+
+def test_simplify_keeps_what_would_not_fold_to_a_finite_number():
+    two, inf = symbolic.Number(2.0), symbolic.Number(math.inf)
+    assert str(simplify(two**10000)) == "2.0**10000"  # 2.0**10000 overflows
+    assert str(simplify(exp(symbolic.Number(1000)))) == "exp(1000)"
+    assert str(simplify(log(symbolic.Number(0)) + sin(inf))) == "log(0) + sin(inf)"
+    assert str(simplify(inf * x * 2)) == "2*inf*x"
+    assert str(simplify(x**inf)) == "x**inf"
+    big = symbolic.Number(1e308)
+    assert str(simplify(big * 10 * x)) == "1e+308*10*x"
+    assert str(simplify(big + big - x)) == "1e+308 - x + 1e+308"  # no inf constant
+    assert str(simplify(exp(symbolic.Number(0)) + x / inf)) == "1"  # finite folds still fold
+
+
+SPECIALS = (math.inf, -math.inf, math.nan)
+
+
+@given(
+    expressions(with_functions=True, max_leaves=6, specials=SPECIALS),
+    st.floats(0.3, 2),
+    st.floats(0.3, 2),
+)
+def test_simplify_is_sound_with_inf_and_nan_in_the_expression(expr, a, b):
+    env = {"x": a, "y": b}
+    simplified = simplify(expr)
+    with np.errstate(all="ignore"):
+        before = float(evaluate(expr, env))
+        after = float(evaluate(simplified, env))
+    assume(math.isfinite(before) and abs(before) < 1e8)
+    assert after == pytest.approx(before, rel=1e-9, abs=1e-9), f"{expr}  ->  {simplified}"
+
+
+@given(expressions(with_functions=True, specials=(1e308, -1e308, 5e-324, 10.0**200)))
+def test_simplify_of_huge_and_tiny_numbers_gives_an_expression(expr):
+    assert isinstance(simplify(expr), symbolic.Expr)
