@@ -194,8 +194,20 @@ def _derivative_of_function(name: str, u: Expr) -> Expr:
     return 1 - tanh(u) ** 2  # tanh
 
 
+def _power_rule(u: Expr, n: Expr, du: Expr) -> Expr:
+    """(u**n)' = n u**(n-1) u', where n does not depend on the variable. It needs no
+    log u, so it holds for u < 0 too; u**0 = 1 is a constant, with derivative 0."""
+    if _is_number(n, 0):
+        return Number(0)
+    n_minus_1 = Number(n.payload - 1) if n.kind == "number" else n - 1
+    return n * u**n_minus_1 * du
+
+
 def diff(expr: Any, var: Expr) -> Expr:
     """d expr / d var by the textbook rules, with no simplification (see ``simplify``).
+
+    u**v takes the power rule n u**(n-1) u' whenever v does not contain var, and
+    u**v (v' log u + v u' / u) only when it does (log u is nan for u < 0).
 
     >>> x = Symbol("x")
     >>> diff(sin(x) * x, x)
@@ -207,7 +219,12 @@ def diff(expr: Any, var: Expr) -> Expr:
             f"Write x = Symbol('x') and diff(expr, x)."
         )
 
+    depends: set[int] = set()  # ids of the nodes that contain var
+
     def rule(node: Expr, d: list[Expr]) -> Expr:  # d: the derivatives of node.args
+        is_var = node.kind == "symbol" and node.payload == var.payload
+        if is_var or any(id(arg) in depends for arg in node.args):
+            depends.add(id(node))
         if node.kind == "number":
             return Number(0)
         if node.kind == "symbol":
@@ -226,8 +243,8 @@ def diff(expr: Any, var: Expr) -> Expr:
             return du * v + u * dv
         if node.kind == "/":  # quotient rule
             return (du * v - u * dv) / v**2
-        if v.kind == "number":  # power rule, u**n
-            return v * u ** Number(v.payload - 1) * du
+        if id(v) not in depends:  # power rule, u**n for an exponent free of var
+            return _power_rule(u, v, du)
         return u**v * (dv * log(u) + v * du / u)  # u**v = exp(v log u)
 
     return _bottom_up(expr, rule)

@@ -268,3 +268,19 @@ def test_simplify_is_sound_with_inf_and_nan_in_the_expression(expr, a, b):
 @given(expressions(with_functions=True, specials=(1e308, -1e308, 5e-324, 10.0**200)))
 def test_simplify_of_huge_and_tiny_numbers_gives_an_expression(expr):
     assert isinstance(simplify(expr), symbolic.Expr)
+
+
+def test_power_rule_whenever_the_exponent_is_free_of_the_variable():
+    assert str(diff(x**y, x)) == "y*x**(y - 1)*1"
+    assert str(diff(x**y, Symbol("x"))) == "y*x**(y - 1)*1"  # symbols match by name
+    # the rule for u**v takes log u: nan for u < 0, where the power rule is fine
+    assert float(evaluate(diff(x**y, x), {"x": -2.0, "y": 3.0})) == 12.0
+    two = symbolic.Number(1) + symbolic.Number(1)
+    assert float(evaluate(diff(x**two, x), {"x": -3.0})) == -6.0
+    assert float(evaluate(diff(x**y, y), {"x": 2.0, "y": 3.0})) == pytest.approx(8 * math.log(2))
+
+
+def test_derivative_of_x_to_the_zero_is_zero_even_at_zero():
+    assert str(diff(x**0, x)) == "0"
+    assert evaluate(diff(x**0, x), {"x": 0}) == 0  # exact: not 0 * 0**-1, ZeroDivisionError
+    assert float(evaluate(diff(x**0, x), {"x": 0.0})) == 0.0  # floats: not 0 * inf = nan
