@@ -155,15 +155,16 @@ def size(expr: Any) -> int:
     return as_expr(expr).size
 
 
-def postorder(expr: Expr) -> Iterator[Expr]:
-    """Each distinct node once, children before parents, without recursion."""
+def postorder(expr: Expr, skip: Callable[[Expr], bool] | None = None) -> Iterator[Expr]:
+    """Each distinct node once, children before parents, without recursion. Nodes for
+    which ``skip(node)`` is true are left out, with everything below them."""
     seen: set[int] = set()
     stack: list[tuple[Expr, bool]] = [(expr, False)]
     while stack:
         node, children_done = stack.pop()
         if children_done:
             yield node
-        elif id(node) not in seen:
+        elif id(node) not in seen and not (skip and skip(node)):
             seen.add(id(node))
             stack.append((node, True))
             stack.extend((arg, False) for arg in reversed(node.args))
@@ -391,11 +392,11 @@ class _Keys:
         self.alive: list[Expr] = []  # keeps keyed nodes alive, so their ids stay theirs
 
     def __call__(self, expr: Expr) -> int:
-        for node in postorder(expr):
-            if id(node) not in self.by_id:
-                shape = (node.kind, node.payload, *[self.by_id[id(a)] for a in node.args])
-                self.by_id[id(node)] = self.table.setdefault(shape, len(self.table))
-                self.alive.append(node)
+        # A keyed node's subtree is keyed too: walking it again would make simplify cubic.
+        for node in postorder(expr, skip=lambda node: id(node) in self.by_id):
+            shape = (node.kind, node.payload, *[self.by_id[id(a)] for a in node.args])
+            self.by_id[id(node)] = self.table.setdefault(shape, len(self.table))
+            self.alive.append(node)
         return self.by_id[id(expr)]
 
 

@@ -284,3 +284,37 @@ def test_derivative_of_x_to_the_zero_is_zero_even_at_zero():
     assert str(diff(x**0, x)) == "0"
     assert evaluate(diff(x**0, x), {"x": 0}) == 0  # exact: not 0 * 0**-1, ZeroDivisionError
     assert float(evaluate(diff(x**0, x), {"x": 0.0})) == 0.0  # floats: not 0 * inf = nan
+
+
+def _sum_of_big_terms(n):
+    """x + sin(big + 1)*x + sin(big + 2)*x + ...: n terms sharing a subtree of size ~3n."""
+    big = x
+    for _ in range(n):
+        big = sin(big * y)
+    expr = x
+    for i in range(n):
+        expr = expr + sin(big + i) * x
+    return expr
+
+
+def test_simplify_walks_each_subtree_once_not_once_per_use(monkeypatch):
+    walk = symbolic.postorder
+    visits = []
+
+    def counting_postorder(expr, skip=None):
+        for node in walk(expr, skip) if skip else walk(expr):
+            visits.append(node)
+            yield node
+
+    monkeypatch.setattr(symbolic, "postorder", counting_postorder)
+    counts = []
+    for n in (40, 80):
+        visits.clear()
+        simplify(_sum_of_big_terms(n))
+        counts.append(len(visits))
+    assert counts[1] < 3 * counts[0]  # linear; it was cubic (keys re-walked every use)
+    keys = symbolic._Keys()
+    expr = _sum_of_big_terms(10)
+    first = keys(expr)
+    visits.clear()
+    assert keys(expr) == first and visits == []  # keyed before: no walk at all
