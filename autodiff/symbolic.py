@@ -316,28 +316,49 @@ def _precedence(node: Expr) -> int:
 
 
 def to_string(expr: Any) -> str:
-    """Readable text, with only the brackets the operator precedence needs."""
+    """Readable text, with only the brackets the operator precedence needs.
 
-    def rule(node: Expr, texts: list[str]) -> str:
-        if node.kind in ("number", "symbol"):
-            return str(node.payload)
-        if node.kind in FUNCTIONS:
-            return f"{node.kind}({texts[0]})"
-        mine = _PRECEDENCE[node.kind]
-        wrapped = []
-        for i, (arg, text) in enumerate(zip(node.args, texts, strict=True)):
-            theirs = _precedence(arg)
-            # a - (b - c), a / (b * c): the right operand of - and / binds tighter;
-            # (a**b)**c: ** groups to the right, so its left operand needs brackets.
-            tie_needs = (i == 1 and node.kind in "-/") or (i == 0 and node.kind == "**")
-            needs = theirs < mine or (theirs == mine and tie_needs)
-            wrapped.append(f"({text})" if needs else text)
-        if node.kind == "neg":
-            return f"-{wrapped[0]}"
-        spaced = f" {node.kind} " if node.kind in "+-" else node.kind
-        return spaced.join(wrapped)
+    The text is written left to right from a stack of pieces, not built bottom-up, so a
+    deep chain takes memory in proportion to its text, not to the square of it.
 
-    return _bottom_up(expr, rule)
+    >>> x = Symbol("x")
+    >>> to_string((x + 1) * x ** (x - 1))
+    '(x + 1)*x**(x - 1)'
+    """
+    pieces: list[str] = []
+    stack: list[str | Expr] = [as_expr(expr)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            pieces.append(item)
+        else:
+            stack.extend(reversed(_layout(item)))
+    return "".join(pieces)
+
+
+def _layout(node: Expr) -> list[str | Expr]:
+    """node as text pieces around its children, brackets included."""
+    if node.kind in ("number", "symbol"):
+        return [str(node.payload)]
+    if node.kind in FUNCTIONS:
+        return [f"{node.kind}(", node.args[0], ")"]
+    operands = [
+        ["(", arg, ")"] if _needs_brackets(node, i, arg) else [arg]
+        for i, arg in enumerate(node.args)
+    ]
+    if node.kind == "neg":
+        return ["-", *operands[0]]
+    spaced = f" {node.kind} " if node.kind in "+-" else node.kind
+    return [*operands[0], spaced, *operands[1]]
+
+
+def _needs_brackets(node: Expr, i: int, arg: Expr) -> bool:
+    """Does operand i of node need brackets? Where it binds less tightly, or as tightly:
+    a - (b - c), a / (b * c) on the right of - and /; (a**b)**c on the left of **,
+    because ** groups to the right."""
+    mine, theirs = _PRECEDENCE[node.kind], _precedence(arg)
+    tie_needs = (i == 1 and node.kind in "-/") or (i == 0 and node.kind == "**")
+    return theirs < mine or (theirs == mine and tie_needs)
 
 
 def to_graph(expr: Any, variables: dict[str, Any] | None = None):

@@ -2,6 +2,7 @@
 
 import ast
 import math
+import tracemalloc
 from fractions import Fraction
 from itertools import pairwise
 
@@ -318,3 +319,17 @@ def test_simplify_walks_each_subtree_once_not_once_per_use(monkeypatch):
     first = keys(expr)
     visits.clear()
     assert keys(expr) == first and visits == []  # keyed before: no walk at all
+
+
+def test_printing_a_deep_chain_takes_memory_in_proportion_to_the_text():
+    expr = x
+    for _ in range(3000):
+        expr = expr - x
+    tracemalloc.start()
+    try:
+        text = str(expr)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert text == "x" + " - x" * 3000
+    assert peak < 50 * len(text)  # each prefix kept as its own string was ~1000x the text
