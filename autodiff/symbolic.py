@@ -282,10 +282,7 @@ def evaluate(expr: Any, env: dict[str, Any]) -> Any:
                 )
             value = env[node.payload]
             return Fraction(value) if exact else backend.asarray(value, dtype="float64")
-        if node.kind in FUNCTIONS:
-            arg = float(a[0]) if isinstance(a[0], Fraction) else a[0]
-            return getattr(backend.namespace(arg), node.kind)(arg)
-        return _ARITHMETIC[node.kind](*a)
+        return _apply(node.kind, a)
 
     value = _bottom_up(expr, rule)
     if isinstance(value, Fraction) and value.denominator == 1:
@@ -301,6 +298,16 @@ _ARITHMETIC: dict[str, Callable[..., Any]] = {
     "**": lambda a, b: a**b,
     "neg": lambda a: -a,
 }
+
+
+def _apply(kind: str, args: list) -> Any:
+    """The operator or function ``kind`` on numbers or arrays (a Fraction goes into a
+    function as a float)."""
+    if kind in FUNCTIONS:
+        arg = float(args[0]) if isinstance(args[0], Fraction) else args[0]
+        return getattr(backend.namespace(arg), kind)(arg)
+    return _ARITHMETIC[kind](*args)
+
 
 # Binding strength for printing: higher binds tighter.
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "**": 4}
@@ -361,36 +368,66 @@ def _needs_brackets(node: Expr, i: int, arg: Expr) -> bool:
     return theirs < mine or (theirs == mine and tie_needs)
 
 
-def to_graph(expr: Any, variables: dict[str, Any] | None = None):
+def to_graph(expr: Any, variables: dict[str, Any] | None = None) -> Node:
     """The engine's graph computing ``expr``: one op node per distinct subexpression.
 
     Symbols become ``ad.Variable`` placeholders unless ``variables`` maps their names
-    to Nodes (or values, turned into tensors), so the graph can be drawn, evaluated
-    and differentiated by reverse mode.
+    to Nodes (or float values, turned into tensors). Pass the leaves you want to
+    differentiate with respect to here, so you hold them for ``ad.gradients``. A part
+    made of numbers only becomes one constant, computed as ``evaluate`` computes with
+    floats (NumPy float64: 1/0 is inf with a warning), and kept a Python float, so
+    float32 variables stay float32.
 
     >>> import autodiff as ad
-    >>> x = Symbol("x")
-    >>> graph = to_graph(x * sin(x), {"x": ad.tensor(2.0, name="x")})
+    >>> x, x_leaf = Symbol("x"), ad.tensor(2.0, name="x")
+    >>> graph = to_graph(x * sin(x), {"x": x_leaf})
     >>> round(float(graph.value), 4)
     1.8186
+    >>> round(float(ad.gradients(graph, [x_leaf])[0].value), 4)   # sin(x) + x cos(x)
+    0.077
     """
-    nodes: dict[str, Node] = {}
-    for name, value in (variables or {}).items():
-        nodes[name] = value if isinstance(value, Node) else tensor(value, name=name)
+    expr = as_expr(expr)
+    nodes = _graph_leaves(expr, variables or {})
 
     def rule(node: Expr, a: list) -> Any:
         if node.kind == "number":
-            return node.payload if isinstance(node.payload, int) else float(node.payload)
+            return backend.asarray(float(node.payload))  # 0-d float64: NumPy's rules
         if node.kind == "symbol":
             if node.payload not in nodes:
                 nodes[node.payload] = Variable(node.payload)
             return nodes[node.payload]
+        if not any(isinstance(value, Node) for value in a):  # numbers only: compute now
+            return _apply(node.kind, a)
+        operands = [v if isinstance(v, Node) else constant(float(v)) for v in a]
         if node.kind in FUNCTIONS:
-            return getattr(ops, node.kind)(a[0])
-        return _ARITHMETIC[node.kind](*a)
+            return getattr(ops, node.kind)(*operands)
+        return _ARITHMETIC[node.kind](*operands)
 
     result = _bottom_up(expr, rule)
     return result if isinstance(result, Node) else constant(float(result))
+
+
+def _graph_leaves(expr: Expr, variables: dict[str, Any]) -> dict[str, Node]:
+    """The Nodes for ``to_graph``'s variables, checked against the symbols of expr."""
+    symbols = sorted({node.payload for node in postorder(expr) if node.kind == "symbol"})
+    nodes: dict[str, Node] = {}
+    for name, value in variables.items():
+        if name not in symbols:
+            raise ValueError(
+                f"to_graph: variables has {name!r}, but the expression has no such "
+                f"symbol; its symbols are {symbols}."
+            )
+        if not isinstance(value, Node):
+            dtype = backend.asarray(value).dtype
+            if dtype.kind in "biu":
+                raise TypeError(
+                    f"to_graph: variable {name!r} is {value!r}, of integer dtype {dtype}; "
+                    f"derivatives need floats. Pass e.g. 2.0 for 2, or "
+                    f"ad.tensor(value, dtype='float64')."
+                )
+            value = tensor(value, name=name)
+        nodes[name] = value
+    return nodes
 
 
 # -- simplification -------------------------------------------------------------------------

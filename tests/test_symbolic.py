@@ -333,3 +333,25 @@ def test_printing_a_deep_chain_takes_memory_in_proportion_to_the_text():
         tracemalloc.stop()
     assert text == "x" + " - x" * 3000
     assert peak < 50 * len(text)  # each prefix kept as its own string was ~1000x the text
+
+
+def test_to_graph_computes_number_only_parts_as_numpy_does():
+    one, zero, two = symbolic.Number(1), symbolic.Number(0), symbolic.Number(2.0)
+    with pytest.warns(RuntimeWarning):  # 1/0: inf with a warning, not ZeroDivisionError
+        graph = symbolic.to_graph(one / zero + x, {"x": ad.tensor(2.0)})
+    assert float(graph.value) == math.inf
+    with pytest.warns(RuntimeWarning):  # 2.0**10000 overflows to inf, not OverflowError
+        assert float(symbolic.to_graph(two**10000).value) == math.inf
+    x32 = ad.tensor([3.0, 6.0], name="x", dtype="float32")
+    graph = symbolic.to_graph(x * (one / symbolic.Number(3)), {"x": x32})
+    assert graph.value.dtype == np.float32  # the folded 1/3 stays a weak Python float
+    np.testing.assert_allclose(graph.value, [1.0, 2.0], rtol=1e-7)
+    (dx,) = ad.gradients(graph, [x32])
+    np.testing.assert_allclose(dx.value, [1 / 3, 1 / 3], rtol=1e-7)
+
+
+def test_to_graph_refuses_unknown_names_and_integer_values():
+    with pytest.raises(ValueError, match=r"to_graph: variables has 'X'.*symbols are \['x', 'y'\]"):
+        symbolic.to_graph(x * y, {"X": 1.0})
+    with pytest.raises(TypeError, match=r"to_graph: variable 'x' is 2, of integer dtype.*2.0"):
+        symbolic.to_graph(x * x, {"x": 2})
