@@ -127,22 +127,67 @@ def function(name: str, arg: Any) -> Expr:
 
 
 def sin(x: Any) -> Expr:
+    """sin(x) as an expression; x is an Expr or a number.
+
+    ``diff`` uses the chain rule sin(u)' = cos(u) u'.
+
+    Examples
+    --------
+    >>> diff(sin(Symbol("x")), Symbol("x"))
+    cos(x)*1
+    """
     return function("sin", x)
 
 
 def cos(x: Any) -> Expr:
+    """cos(x) as an expression; x is an Expr or a number.
+
+    ``diff`` uses the chain rule cos(u)' = -sin(u) u'.
+
+    Examples
+    --------
+    >>> diff(cos(Symbol("x")), Symbol("x"))
+    -sin(x)*1
+    """
     return function("cos", x)
 
 
 def exp(x: Any) -> Expr:
+    """exp(x) as an expression; x is an Expr or a number.
+
+    ``diff`` uses the chain rule exp(u)' = exp(u) u'.
+
+    Examples
+    --------
+    >>> diff(exp(Symbol("x")), Symbol("x"))
+    exp(x)*1
+    """
     return function("exp", x)
 
 
 def log(x: Any) -> Expr:
+    """log(x) as an expression; x is an Expr or a number.
+
+    ``diff`` uses the chain rule log(u)' = u' / u.
+
+    Examples
+    --------
+    >>> diff(log(Symbol("x")), Symbol("x"))
+    1/x*1
+    """
     return function("log", x)
 
 
 def tanh(x: Any) -> Expr:
+    """tanh(x) as an expression; x is an Expr or a number.
+
+    ``diff`` uses the chain rule tanh(u)' = (1 - tanh(u)**2) u'.
+
+    Examples
+    --------
+    >>> diff(tanh(Symbol("x")), Symbol("x"))
+    (1 - tanh(x)**2)*1
+    """
     return function("tanh", x)
 
 
@@ -262,11 +307,16 @@ class MissingSymbolError(KeyError):
 def evaluate(expr: Any, env: dict[str, Any]) -> Any:
     """The value of ``expr`` with symbols taken from ``env`` (numbers or arrays).
 
-    With ints and Fractions only, arithmetic is exact (Fractions); otherwise it is
-    NumPy's in float64 (so 1/0 is inf with a warning, not an exception).
+    With ints and Fractions only in ``env``, arithmetic is exact (Fractions, and 1/0
+    raises ZeroDivisionError); otherwise it is NumPy's in float64 (1/0 is inf with a
+    warning). In exact mode a float written in the expression becomes the Fraction of
+    its binary value: 0.1 is 3602879701896397/36028797018963968, not 1/10 (write
+    Number(Fraction(1, 10)) for that). Functions (sin, ...) return floats.
 
     >>> evaluate(Symbol("x") / 3, {"x": 1})
     Fraction(1, 3)
+    >>> evaluate(Symbol("x") * 0.1, {"x": 1}) == Fraction(1, 10)   # 0.1 is binary
+    False
     """
     exact = all(isinstance(v, int | Fraction) and not isinstance(v, bool) for v in env.values())
 

@@ -355,3 +355,9 @@ def test_to_graph_refuses_unknown_names_and_integer_values():
         symbolic.to_graph(x * y, {"X": 1.0})
     with pytest.raises(TypeError, match=r"to_graph: variable 'x' is 2, of integer dtype.*2.0"):
         symbolic.to_graph(x * x, {"x": 2})
+
+
+def test_exact_mode_reads_a_float_as_its_binary_fraction():
+    assert evaluate(x * 0.1, {"x": 1}) == Fraction(0.1) == Fraction(3602879701896397, 2**55)
+    assert evaluate(x * symbolic.Number(Fraction(1, 10)), {"x": 1}) == Fraction(1, 10)
+    assert float(evaluate(x * 0.1, {"x": 1.0})) == 0.1  # float mode, for comparison
