@@ -38,6 +38,8 @@ class Dual:
     to the value's shape and takes the value's dtype (float32 stays float32).
     Derivatives are real numbers, so integers are promoted explicitly: Python ints
     become floats and integer arrays float64 (an integer tangent would truncate 0.5 to 0).
+    Python-float Duals compute as NumPy float64 does: log and 1/x at 0 give inf or nan
+    with a RuntimeWarning, as array Duals do, not ZeroDivisionError.
 
     >>> x = Dual(2.0, 1.0)
     >>> x * x + 3 * x
