@@ -19,8 +19,10 @@ with central differences along random directions, as HIPS autograd does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from . import backend
 from .gradients import gradients, jvp_graph
@@ -30,16 +32,24 @@ from .ops import sum
 # Named tolerances (rtol, atol) for check_grads, by dtype.
 TOLERANCES = {"float64": (1e-5, 1e-7), "float32": (2e-2, 2e-3)}
 METHODS = ("forward", "backward", "central", "complex")
-_EPS = {"float64": 2.220446049250313e-16, "float32": 1.1920929e-07}  # machine epsilon
+# Machine epsilon, by dtype; a complex number rounds like its real and imaginary parts.
+_EPS = {
+    "float64": 2.220446049250313e-16,
+    "float32": 1.1920929e-07,
+    "float16": 9.765625e-04,
+    "complex128": 2.220446049250313e-16,
+    "complex64": 1.1920929e-07,
+}
 _COMPLEX_STEP = 1e-20  # far below eps: the complex step has no cancellation to fear
 
 
-def default_step(x, method: str = "central", dtype="float64") -> float:
+def default_step(x: Any, method: str = "central", dtype: Any = "float64") -> float:
     """The step that balances truncation and rounding error, scaled to max(1, |x|).
 
     One-sided differences err by about h |f''| / 2 + eps |f| / h, smallest near
     h = eps**(1/2); central ones by about h**2 |f'''| / 6 + eps |f| / h, smallest near
     h = eps**(1/3). Scaling by |x| keeps x + h a different number from x when x is large.
+    ``dtype`` sets eps (float16, float32 or float64; ``derivative`` passes x's own).
 
     >>> f"{default_step(1.0, 'forward'):.1e}, {default_step(1.0, 'central'):.1e}"
     '1.5e-08, 6.1e-06'
@@ -53,12 +63,19 @@ def default_step(x, method: str = "central", dtype="float64") -> float:
     return eps**power * scale
 
 
+def _dtype_name(x: Any) -> str:
+    """The dtype whose rounding the step must beat: x's own, float64 for Python numbers,
+    lists and integers (which x + h turns into float64)."""
+    name = "float64" if backend.is_weak_scalar(x) else str(backend.asarray(x).dtype)
+    return name if name in _EPS else "float64"
+
+
 def _check_method(caller: str, method: str) -> None:
     if method not in METHODS:
         raise ValueError(f"{caller}: method must be one of {METHODS}, got {method!r}.")
 
 
-def _complex_step(f: Callable, x, h: float):
+def _complex_step(f: Callable, x: Any, h: float) -> Any:
     """Im f(x + ih) / h, refusing functions that drop the imaginary part."""
     try:
         value = f(x + 1j * h)
@@ -76,12 +93,13 @@ def _complex_step(f: Callable, x, h: float):
     return value.imag / h
 
 
-def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
+def derivative(f: Callable, x: Any, h: float | None = None, method: str = "central") -> Any:
     """f'(x) by finite differences (or the complex step) for a scalar function.
 
     ``x`` may also be an array when f acts elementwise; then every entry is stepped at
-    once and the result holds each entry's derivative. ``f`` may return an array: the
-    result is then the derivative of each output along the step.
+    once and the result holds each entry's derivative. ``f`` may return an array (or a
+    list): the result is then the derivative of each output along the step. The default step is
+    balanced for x's dtype: float16 and float32 need far bigger steps than float64.
 
     >>> round(derivative(lambda x: x**3, 2.0), 6)
     12.0
@@ -89,7 +107,8 @@ def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
     12.0
     """
     _check_method("derivative", method)
-    h = default_step(x, method) if h is None else h
+    h = default_step(x, method, _dtype_name(x)) if h is None else h
+    f = _returning_arrays(f)
     if method == "forward":
         return (f(x + h) - f(x)) / h
     if method == "backward":
@@ -99,7 +118,17 @@ def derivative(f: Callable, x, h: float | None = None, method: str = "central"):
     return (f(x + h) - f(x - h)) / (2 * h)
 
 
-def jacobian(f: Callable, x, h: float | None = None, method: str = "central"):
+def _returning_arrays(f: Callable) -> Callable:
+    """f, with a list or tuple result turned into an array, so results can be subtracted."""
+
+    def f_array(x: Any) -> Any:
+        value = f(x)
+        return backend.asarray(value) if isinstance(value, list | tuple) else value
+
+    return f_array
+
+
+def jacobian(f: Callable, x: Any, h: float | None = None, method: str = "central") -> backend.Array:
     """The Jacobian of f at an array x, one column of differences per entry of x.
 
     The result has shape ``f(x).shape + x.shape``: entry [i, j] is d f_i / d x_j.
@@ -131,7 +160,7 @@ def jacobian(f: Callable, x, h: float | None = None, method: str = "central"):
     return xp.stack(columns, axis=-1).reshape(out_shape + x.shape)
 
 
-def gradient(f: Callable, x, h: float | None = None, method: str = "central"):
+def gradient(f: Callable, x: Any, h: float | None = None, method: str = "central") -> backend.Array:
     """The gradient of a scalar function of an array: its Jacobian, shaped like x.
 
     >>> gradient(lambda v: (v**2).sum(), [1.0, 2.0]).round(6).tolist()
@@ -164,9 +193,21 @@ class ErrorCurve:
     exact: float
 
     def best(self, method: str) -> tuple[float, float]:
-        """(h, error) at the smallest error of ``method``."""
+        """(h, error) at the smallest error of ``method``, skipping NaN errors (steps
+        where f or the difference was not defined, such as sqrt stepped below 0)."""
+        if method not in self.errors:
+            raise KeyError(
+                f"ErrorCurve.best: no errors for method {method!r}; this curve has "
+                f"{list(self.errors)}. Pass methods=... to error_curve."
+            )
         errors = self.errors[method]
-        i = min(range(len(errors)), key=errors.__getitem__)
+        defined = [i for i, error in enumerate(errors) if not math.isnan(error)]
+        if not defined:
+            raise ValueError(
+                f"ErrorCurve.best: every error of {method!r} is NaN, so no step is best. "
+                f"Check that f and df are defined at x, and near it for the steps in hs."
+            )
+        i = min(defined, key=errors.__getitem__)
         return self.steps[i], errors[i]
 
 
@@ -175,9 +216,11 @@ def error_curve(
     df: Callable,
     x: float,
     hs: Sequence[float] | None = None,
-    methods: Sequence[str] = ("forward", "central", "complex"),
+    methods: str | Sequence[str] = ("forward", "central", "complex"),
 ) -> ErrorCurve:
     """The data of the classic log-log plot: error against step size, per method.
+
+    ``methods`` is a sequence of names from ``METHODS``, or one name.
 
     Truncation error falls as h shrinks (slope 1 forward, 2 central); below the best
     step rounding error rises as eps / h. The complex step stays at rounding level.
@@ -192,7 +235,7 @@ def error_curve(
     hs = [10.0 ** (-k / 2) for k in range(0, 41)] if hs is None else [float(h) for h in hs]
     exact = float(df(x))
     errors = {}
-    for method in methods:
+    for method in [methods] if isinstance(methods, str) else methods:
         _check_method("error_curve", method)
         errors[method] = [abs(float(derivative(f, x, h, method)) - exact) for h in hs]
     return ErrorCurve(hs, errors, exact)

@@ -25,7 +25,9 @@ each distinct object once, so even swollen trees are cheap to measure.
 
 from __future__ import annotations
 
+import math
 import numbers
+import operator
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
@@ -125,22 +127,67 @@ def function(name: str, arg: Any) -> Expr:
 
 
 def sin(x: Any) -> Expr:
+    """sin(x) as an expression; x is an Expr or a number.
+
+    ``diff`` uses the chain rule sin(u)' = cos(u) u'.
+
+    Examples
+    --------
+    >>> diff(sin(Symbol("x")), Symbol("x"))
+    cos(x)*1
+    """
     return function("sin", x)
 
 
 def cos(x: Any) -> Expr:
+    """cos(x) as an expression; x is an Expr or a number.
+
+    ``diff`` uses the chain rule cos(u)' = -sin(u) u'.
+
+    Examples
+    --------
+    >>> diff(cos(Symbol("x")), Symbol("x"))
+    -sin(x)*1
+    """
     return function("cos", x)
 
 
 def exp(x: Any) -> Expr:
+    """exp(x) as an expression; x is an Expr or a number.
+
+    ``diff`` uses the chain rule exp(u)' = exp(u) u'.
+
+    Examples
+    --------
+    >>> diff(exp(Symbol("x")), Symbol("x"))
+    exp(x)*1
+    """
     return function("exp", x)
 
 
 def log(x: Any) -> Expr:
+    """log(x) as an expression; x is an Expr or a number.
+
+    ``diff`` uses the chain rule log(u)' = u' / u.
+
+    Examples
+    --------
+    >>> diff(log(Symbol("x")), Symbol("x"))
+    1/x*1
+    """
     return function("log", x)
 
 
 def tanh(x: Any) -> Expr:
+    """tanh(x) as an expression; x is an Expr or a number.
+
+    ``diff`` uses the chain rule tanh(u)' = (1 - tanh(u)**2) u'.
+
+    Examples
+    --------
+    >>> diff(tanh(Symbol("x")), Symbol("x"))
+    (1 - tanh(x)**2)*1
+    """
     return function("tanh", x)
 
 
@@ -153,15 +200,16 @@ def size(expr: Any) -> int:
     return as_expr(expr).size
 
 
-def postorder(expr: Expr) -> Iterator[Expr]:
-    """Each distinct node once, children before parents, without recursion."""
+def postorder(expr: Expr, skip: Callable[[Expr], bool] | None = None) -> Iterator[Expr]:
+    """Each distinct node once, children before parents, without recursion. Nodes for
+    which ``skip(node)`` is true are left out, with everything below them."""
     seen: set[int] = set()
     stack: list[tuple[Expr, bool]] = [(expr, False)]
     while stack:
         node, children_done = stack.pop()
         if children_done:
             yield node
-        elif id(node) not in seen:
+        elif id(node) not in seen and not (skip and skip(node)):
             seen.add(id(node))
             stack.append((node, True))
             stack.extend((arg, False) for arg in reversed(node.args))
@@ -192,8 +240,20 @@ def _derivative_of_function(name: str, u: Expr) -> Expr:
     return 1 - tanh(u) ** 2  # tanh
 
 
+def _power_rule(u: Expr, n: Expr, du: Expr) -> Expr:
+    """(u**n)' = n u**(n-1) u', where n does not depend on the variable. It needs no
+    log u, so it holds for u < 0 too; u**0 = 1 is a constant, with derivative 0."""
+    if _is_number(n, 0):
+        return Number(0)
+    n_minus_1 = Number(n.payload - 1) if n.kind == "number" else n - 1
+    return n * u**n_minus_1 * du
+
+
 def diff(expr: Any, var: Expr) -> Expr:
     """d expr / d var by the textbook rules, with no simplification (see ``simplify``).
+
+    u**v takes the power rule n u**(n-1) u' whenever v does not contain var, and
+    u**v (v' log u + v u' / u) only when it does (log u is nan for u < 0).
 
     >>> x = Symbol("x")
     >>> diff(sin(x) * x, x)
@@ -205,7 +265,12 @@ def diff(expr: Any, var: Expr) -> Expr:
             f"Write x = Symbol('x') and diff(expr, x)."
         )
 
+    depends: set[int] = set()  # ids of the nodes that contain var
+
     def rule(node: Expr, d: list[Expr]) -> Expr:  # d: the derivatives of node.args
+        is_var = node.kind == "symbol" and node.payload == var.payload
+        if is_var or any(id(arg) in depends for arg in node.args):
+            depends.add(id(node))
         if node.kind == "number":
             return Number(0)
         if node.kind == "symbol":
@@ -224,8 +289,8 @@ def diff(expr: Any, var: Expr) -> Expr:
             return du * v + u * dv
         if node.kind == "/":  # quotient rule
             return (du * v - u * dv) / v**2
-        if v.kind == "number":  # power rule, u**n
-            return v * u ** Number(v.payload - 1) * du
+        if id(v) not in depends:  # power rule, u**n for an exponent free of var
+            return _power_rule(u, v, du)
         return u**v * (dv * log(u) + v * du / u)  # u**v = exp(v log u)
 
     return _bottom_up(expr, rule)
@@ -242,11 +307,16 @@ class MissingSymbolError(KeyError):
 def evaluate(expr: Any, env: dict[str, Any]) -> Any:
     """The value of ``expr`` with symbols taken from ``env`` (numbers or arrays).
 
-    With ints and Fractions only, arithmetic is exact (Fractions); otherwise it is
-    NumPy's in float64 (so 1/0 is inf with a warning, not an exception).
+    With ints and Fractions only in ``env``, arithmetic is exact (Fractions, and 1/0
+    raises ZeroDivisionError); otherwise it is NumPy's in float64 (1/0 is inf with a
+    warning). In exact mode a float written in the expression becomes the Fraction of
+    its binary value: 0.1 is 3602879701896397/36028797018963968, not 1/10 (write
+    Number(Fraction(1, 10)) for that). Functions (sin, ...) return floats.
 
     >>> evaluate(Symbol("x") / 3, {"x": 1})
     Fraction(1, 3)
+    >>> evaluate(Symbol("x") * 0.1, {"x": 1}) == Fraction(1, 10)   # 0.1 is binary
+    False
     """
     exact = all(isinstance(v, int | Fraction) and not isinstance(v, bool) for v in env.values())
 
@@ -262,10 +332,7 @@ def evaluate(expr: Any, env: dict[str, Any]) -> Any:
                 )
             value = env[node.payload]
             return Fraction(value) if exact else backend.asarray(value, dtype="float64")
-        if node.kind in FUNCTIONS:
-            arg = float(a[0]) if isinstance(a[0], Fraction) else a[0]
-            return getattr(backend.namespace(arg), node.kind)(arg)
-        return _ARITHMETIC[node.kind](*a)
+        return _apply(node.kind, a)
 
     value = _bottom_up(expr, rule)
     if isinstance(value, Fraction) and value.denominator == 1:
@@ -282,6 +349,16 @@ _ARITHMETIC: dict[str, Callable[..., Any]] = {
     "neg": lambda a: -a,
 }
 
+
+def _apply(kind: str, args: list) -> Any:
+    """The operator or function ``kind`` on numbers or arrays (a Fraction goes into a
+    function as a float)."""
+    if kind in FUNCTIONS:
+        arg = float(args[0]) if isinstance(args[0], Fraction) else args[0]
+        return getattr(backend.namespace(arg), kind)(arg)
+    return _ARITHMETIC[kind](*args)
+
+
 # Binding strength for printing: higher binds tighter.
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "**": 4}
 
@@ -289,75 +366,129 @@ _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "**": 4}
 def _precedence(node: Expr) -> int:
     if node.kind == "number":
         value = node.payload
-        if value < 0:
-            return 3  # prints like a negation
-        return 2 if isinstance(value, Fraction) else 5  # 1/3 prints like a division
+        if isinstance(value, Fraction):
+            return 2  # 1/3 and -1/3 print like a division
+        return 3 if value < 0 else 5  # -2 prints like a negation
     return _PRECEDENCE.get(node.kind, 5)  # symbols and function calls never need brackets
 
 
 def to_string(expr: Any) -> str:
-    """Readable text, with only the brackets the operator precedence needs."""
+    """Readable text, with only the brackets the operator precedence needs.
 
-    def rule(node: Expr, texts: list[str]) -> str:
-        if node.kind in ("number", "symbol"):
-            return str(node.payload)
-        if node.kind in FUNCTIONS:
-            return f"{node.kind}({texts[0]})"
-        mine = _PRECEDENCE[node.kind]
-        wrapped = []
-        for i, (arg, text) in enumerate(zip(node.args, texts, strict=True)):
-            theirs = _precedence(arg)
-            # a - (b - c), a / (b * c): the right operand of - and / binds tighter;
-            # (a**b)**c: ** groups to the right, so its left operand needs brackets.
-            tie_needs = (i == 1 and node.kind in "-/") or (i == 0 and node.kind == "**")
-            needs = theirs < mine or (theirs == mine and tie_needs)
-            wrapped.append(f"({text})" if needs else text)
-        if node.kind == "neg":
-            return f"-{wrapped[0]}"
-        spaced = f" {node.kind} " if node.kind in "+-" else node.kind
-        return spaced.join(wrapped)
+    The text is written left to right from a stack of pieces, not built bottom-up, so a
+    deep chain takes memory in proportion to its text, not to the square of it.
 
-    return _bottom_up(expr, rule)
+    >>> x = Symbol("x")
+    >>> to_string((x + 1) * x ** (x - 1))
+    '(x + 1)*x**(x - 1)'
+    """
+    pieces: list[str] = []
+    stack: list[str | Expr] = [as_expr(expr)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            pieces.append(item)
+        else:
+            stack.extend(reversed(_layout(item)))
+    return "".join(pieces)
 
 
-def to_graph(expr: Any, variables: dict[str, Any] | None = None):
+def _layout(node: Expr) -> list[str | Expr]:
+    """node as text pieces around its children, brackets included."""
+    if node.kind in ("number", "symbol"):
+        return [str(node.payload)]
+    if node.kind in FUNCTIONS:
+        return [f"{node.kind}(", node.args[0], ")"]
+    operands = [
+        ["(", arg, ")"] if _needs_brackets(node, i, arg) else [arg]
+        for i, arg in enumerate(node.args)
+    ]
+    if node.kind == "neg":
+        return ["-", *operands[0]]
+    spaced = f" {node.kind} " if node.kind in "+-" else node.kind
+    return [*operands[0], spaced, *operands[1]]
+
+
+def _needs_brackets(node: Expr, i: int, arg: Expr) -> bool:
+    """Does operand i of node need brackets? Where it binds less tightly, or as tightly:
+    a - (b - c), a / (b * c) on the right of - and /; (a**b)**c on the left of **,
+    because ** groups to the right."""
+    mine, theirs = _PRECEDENCE[node.kind], _precedence(arg)
+    tie_needs = (i == 1 and node.kind in "-/") or (i == 0 and node.kind == "**")
+    return theirs < mine or (theirs == mine and tie_needs)
+
+
+def to_graph(expr: Any, variables: dict[str, Any] | None = None) -> Node:
     """The engine's graph computing ``expr``: one op node per distinct subexpression.
 
     Symbols become ``ad.Variable`` placeholders unless ``variables`` maps their names
-    to Nodes (or values, turned into tensors), so the graph can be drawn, evaluated
-    and differentiated by reverse mode.
+    to Nodes (or float values, turned into tensors). Pass the leaves you want to
+    differentiate with respect to here, so you hold them for ``ad.gradients``. A part
+    made of numbers only becomes one constant, computed as ``evaluate`` computes with
+    floats (NumPy float64: 1/0 is inf with a warning), and kept a Python float, so
+    float32 variables stay float32.
 
     >>> import autodiff as ad
-    >>> x = Symbol("x")
-    >>> graph = to_graph(x * sin(x), {"x": ad.tensor(2.0, name="x")})
+    >>> x, x_leaf = Symbol("x"), ad.tensor(2.0, name="x")
+    >>> graph = to_graph(x * sin(x), {"x": x_leaf})
     >>> round(float(graph.value), 4)
     1.8186
+    >>> round(float(ad.gradients(graph, [x_leaf])[0].value), 4)   # sin(x) + x cos(x)
+    0.077
     """
-    nodes: dict[str, Node] = {}
-    for name, value in (variables or {}).items():
-        nodes[name] = value if isinstance(value, Node) else tensor(value, name=name)
+    expr = as_expr(expr)
+    nodes = _graph_leaves(expr, variables or {})
 
     def rule(node: Expr, a: list) -> Any:
         if node.kind == "number":
-            return node.payload if isinstance(node.payload, int) else float(node.payload)
+            return backend.asarray(float(node.payload))  # 0-d float64: NumPy's rules
         if node.kind == "symbol":
             if node.payload not in nodes:
                 nodes[node.payload] = Variable(node.payload)
             return nodes[node.payload]
+        if not any(isinstance(value, Node) for value in a):  # numbers only: compute now
+            return _apply(node.kind, a)
+        operands = [v if isinstance(v, Node) else constant(float(v)) for v in a]
         if node.kind in FUNCTIONS:
-            return getattr(ops, node.kind)(a[0])
-        return _ARITHMETIC[node.kind](*a)
+            return getattr(ops, node.kind)(*operands)
+        return _ARITHMETIC[node.kind](*operands)
 
     result = _bottom_up(expr, rule)
     return result if isinstance(result, Node) else constant(float(result))
 
 
+def _graph_leaves(expr: Expr, variables: dict[str, Any]) -> dict[str, Node]:
+    """The Nodes for ``to_graph``'s variables, checked against the symbols of expr."""
+    symbols = sorted({node.payload for node in postorder(expr) if node.kind == "symbol"})
+    nodes: dict[str, Node] = {}
+    for name, value in variables.items():
+        if name not in symbols:
+            raise ValueError(
+                f"to_graph: variables has {name!r}, but the expression has no such "
+                f"symbol; its symbols are {symbols}."
+            )
+        if not isinstance(value, Node):
+            dtype = backend.asarray(value).dtype
+            if dtype.kind in "biu":
+                raise TypeError(
+                    f"to_graph: variable {name!r} is {value!r}, of integer dtype {dtype}; "
+                    f"derivatives need floats. Pass e.g. 2.0 for 2, or "
+                    f"ad.tensor(value, dtype='float64')."
+                )
+            value = tensor(value, name=name)
+        nodes[name] = value
+    return nodes
+
+
 # -- simplification -------------------------------------------------------------------------
 #
 # Sound rules only: wherever the original expression has a finite value, the simplified
-# one has the same value. (It may have a value where the original has none: x/x -> 1.)
+# one has the same value (exactly with ints and Fractions, up to rounding with floats).
+# It may have a value where the original has none: x/x -> 1 at x = 0, and, with IEEE
+# special values, x - x -> 0 and 0*x -> 0 at x = inf, where the original is nan.
 # Sums become coefficient * term lists, products coefficient * base**exponent lists, so
-# like terms and like factors meet and combine; numbers fold exactly (ints, Fractions).
+# like terms and like factors meet and combine; numbers fold exactly (ints, Fractions),
+# and only to finite results: inf, nan and overflow (2.0**10000) stay written out.
 
 
 class _Keys:
@@ -369,16 +500,37 @@ class _Keys:
         self.alive: list[Expr] = []  # keeps keyed nodes alive, so their ids stay theirs
 
     def __call__(self, expr: Expr) -> int:
-        for node in postorder(expr):
-            if id(node) not in self.by_id:
-                shape = (node.kind, node.payload, *[self.by_id[id(a)] for a in node.args])
-                self.by_id[id(node)] = self.table.setdefault(shape, len(self.table))
-                self.alive.append(node)
+        # A keyed node's subtree is keyed too: walking it again would make simplify cubic.
+        for node in postorder(expr, skip=lambda node: id(node) in self.by_id):
+            shape = (node.kind, node.payload, *[self.by_id[id(a)] for a in node.args])
+            self.by_id[id(node)] = self.table.setdefault(shape, len(self.table))
+            self.alive.append(node)
         return self.by_id[id(expr)]
 
 
 def _is_number(e: Expr, value: Any = None) -> bool:
     return e.kind == "number" and (value is None or e.payload == value)
+
+
+def _is_finite(value: Any) -> bool:
+    """True for ints, Fractions and floats other than inf and nan."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int | Fraction)
+
+
+def _is_integer(value: Any) -> bool:
+    return _is_finite(value) and value == int(value)
+
+
+def _fold(operation: Callable[..., Any], *numbers: Any) -> Any:
+    """operation(*numbers) when that is a finite number, else None: 1/0, inf, nan and
+    overflow (2.0**10000) are not folded, and the expression keeps its numbers."""
+    try:
+        value = operation(*numbers)
+    except (ArithmeticError, ValueError):  # ZeroDivisionError, OverflowError, math domain
+        return None
+    return value if _is_finite(value) else None
 
 
 def _exact(value: Any) -> Any:
@@ -398,16 +550,21 @@ def _factors(e: Expr, keys: _Keys) -> tuple[Any, dict[int, list]]:
             stack[:0] = [(node.args[0], sign), (node.args[1], -sign)]
         elif node.kind == "neg":
             coefficient, stack[:0] = -coefficient, [(node.args[0], sign)]
-        elif node.kind == "number" and not (sign < 0 and node.payload == 0):
-            value = _exact(node.payload)
-            coefficient = coefficient * value if sign > 0 else coefficient / value
+        elif node.kind == "number" and (folded := _times(coefficient, node, sign)) is not None:
+            coefficient = folded
         else:
             base, exponent = node, _exact(sign)
-            if node.kind == "**" and _is_number(node.args[1]):
+            if node.kind == "**" and _is_number(node.args[1]) and _is_finite(node.args[1].payload):
                 base, exponent = node.args[0], sign * _exact(node.args[1].payload)
             entry = factors.setdefault(keys(base), [base, 0])
             entry[1] += exponent
     return coefficient, factors
+
+
+def _times(coefficient: Any, number: Expr, sign: int) -> Any:
+    """coefficient * number (or / number for sign -1) when finite, else None."""
+    operation = operator.mul if sign > 0 else operator.truediv
+    return _fold(operation, coefficient, _exact(number.payload))
 
 
 def _number(value: Any) -> Expr:
@@ -449,6 +606,11 @@ def _simplify_product(node: Expr, keys: _Keys) -> Expr:
     return _product(coefficient, [f for f in factors.values() if f[1] != 0])
 
 
+def _plus(constant: Any, number: Expr, sign: int) -> Any:
+    """constant + number (or - number for sign -1) when finite, else None."""
+    return _fold(operator.add, constant, sign * _exact(number.payload))
+
+
 def _simplify_sum(node: Expr, keys: _Keys) -> Expr:
     """Collect like terms: 2*x + 3*x -> 5*x; constants add up."""
     constant: Any = 0
@@ -461,14 +623,18 @@ def _simplify_sum(node: Expr, keys: _Keys) -> Expr:
             stack[:0] = [(e.args[0], sign), (e.args[1], second)]
         elif e.kind == "neg":
             stack.insert(0, (e.args[0], -sign))
-        elif e.kind == "number":
-            constant = constant + sign * _exact(e.payload)
+        elif e.kind == "number" and (total := _plus(constant, e, sign)) is not None:
+            constant = total
         else:
             coefficient, factors = _factors(e, keys)
             kept = [f for f in factors.values() if f[1] != 0]
-            term_key = tuple(sorted((keys(b), p) for b, p in kept))
+            term_key: tuple = tuple(sorted((keys(b), p) for b, p in kept))
             entry = terms.setdefault(term_key, [0, kept])
-            entry[0] += sign * coefficient
+            total = _fold(operator.add, entry[0], sign * coefficient)
+            if total is None:  # like terms whose sum overflows stay apart
+                terms[("apart", len(terms))] = [sign * coefficient, kept]
+            else:
+                entry[0] = total
     signed = [(c, f) for c, f in terms.values() if c != 0]
     if constant != 0:  # constants go last, unless that makes the sum start with a minus
         where = 0 if constant > 0 and signed and signed[0][0] < 0 else len(signed)
@@ -491,20 +657,25 @@ def _simplify_power(base: Expr, exponent: Expr) -> Expr:
             return Number(1)  # u**0 = 1 wherever u**0 is defined (0**0 = 1 in Python)
         if p == 1:
             return base
-        if _is_number(base) and (base.payload > 0 or (p == int(p) and base.payload != 0)):
-            return _number(_exact(base.payload) ** _exact(p))
-        if base.kind == "**" and _is_number(base.args[1]) and p == int(p):
-            return _power(base.args[0], _exact(base.args[1].payload) * int(p))
+        if _is_number(base) and (base.payload > 0 or (_is_integer(p) and base.payload != 0)):
+            value = _fold(operator.pow, _exact(base.payload), _exact(p))
+            if value is not None:
+                return _number(value)
+        if base.kind == "**" and _is_number(base.args[1]) and _is_integer(p):
+            exponent = _fold(operator.mul, _exact(base.args[1].payload), int(p))
+            if exponent is not None:
+                return _power(base.args[0], exponent)
     if _is_number(base, 1):
         return Number(1)
     return base**exponent
 
 
 def _simplify_function(name: str, arg: Expr) -> Expr:
-    """Fold a function of a number when the result is an integer: exp(0) = 1."""
+    """Fold a function of a number when the result is an integer: exp(0) = 1.
+    (``math`` raises where NumPy would warn: log(0) and exp(1000) are not folded.)"""
     if _is_number(arg):
-        value = float(getattr(backend.namespace(0.0), name)(float(arg.payload)))
-        if value == int(value):
+        value = _fold(lambda a: getattr(math, name)(float(a)), arg.payload)
+        if value is not None and _is_integer(value):
             return Number(int(value))
     return function(name, arg)
 
@@ -512,6 +683,8 @@ def _simplify_function(name: str, arg: Expr) -> Expr:
 def simplify(expr: Any) -> Expr:
     """A smaller expression with the same value: numbers folded, 0 and 1 dropped, like
     terms (2*x + x) and like factors (x * x**2) combined. It never expands products.
+    Where the original has a finite value the result has the same one; it may have a
+    value where the original is undefined or nan (x/x -> 1, and x - x -> 0 at x = inf).
 
     >>> x = Symbol("x")
     >>> simplify(x * 1 + 0 * sin(x) + x / x + 2 * x * x**2)

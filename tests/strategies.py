@@ -308,13 +308,18 @@ OP_CASES = {
 # -- symbolic expressions -----------------------------------------------------------------
 
 
-def expressions(with_functions=False, max_leaves=8):
+def expressions(with_functions=False, max_leaves=8, fractions=False, specials=()):
     """Random autodiff.symbolic expressions in x and y: + - * / neg, small integer powers,
-    and (``with_functions``) sin cos exp log tanh."""
+    (``with_functions``) sin cos exp log tanh, (``fractions``) Fraction leaves, and the
+    numbers in ``specials`` (such as inf, nan, 1e308) as leaves."""
     from autodiff import symbolic
 
     x, y = symbolic.Symbol("x"), symbolic.Symbol("y")
     leaves = st.sampled_from([x, y]) | st.integers(-3, 3).map(symbolic.Number)
+    if fractions:
+        leaves = leaves | st.fractions(-3, 3, max_denominator=5).map(symbolic.Number)
+    if specials:
+        leaves = leaves | st.sampled_from(specials).map(symbolic.Number)
 
     def extend(children):
         binary_ops = st.sampled_from(["+", "-", "*", "/"])

@@ -206,3 +206,53 @@ def test_jacobian_never_changes_the_callers_array():
     x = np.array([1.0, 2.0])
     numerical.jacobian(lambda v: v * v, x)
     np.testing.assert_array_equal(x, [1.0, 2.0])
+
+
+# -- low precision, NaN errors, list outputs -------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype, eps", [("float16", 9.765625e-4), ("float32", 1.1920929e-7)])
+def test_default_step_follows_the_dtype_of_x(dtype, eps):
+    x = np.array([1.0, 3.0], dtype=dtype)
+    assert numerical.default_step(1.0, "central", dtype) == pytest.approx(eps ** (1 / 3))
+    assert numerical.default_step(1.0, "forward", dtype) == pytest.approx(eps ** (1 / 2))
+    # with a float64 step, x + h == x in float16: the difference would be 0
+    derivative = numerical.derivative(lambda v: v**2, x)
+    assert derivative.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(derivative, 2 * x, rtol=2 * eps ** (2 / 3))  # the balance
+
+
+def test_float32_derivative_is_accurate_to_the_float32_balance():
+    derivative = numerical.derivative(np.exp, np.float32(1.0))
+    assert derivative.dtype == np.float32
+    assert abs(derivative - np.e) < 1e-3  # a float64 step gives about 1e-2
+
+
+def test_best_step_ignores_nan_errors():
+    curve = numerical.ErrorCurve([1e-1, 1e-2, 1e-3], {"central": [np.nan, 1e-4, 1e-6]}, 0.0)
+    assert curve.best("central") == (1e-3, 1e-6)
+    # sqrt near 0: big steps leave the domain (nan), the smallest step is still usable
+    with np.errstate(invalid="ignore"):
+        curve = numerical.error_curve(np.sqrt, lambda v: 0.5 / np.sqrt(v), 1e-3, hs=[1e-2, 1e-6])
+    assert np.isnan(curve.errors["central"][0])
+    assert curve.best("central")[0] == 1e-6
+
+
+def test_best_step_of_an_all_nan_curve_says_why():
+    curve = numerical.ErrorCurve([1e-1, 1e-2], {"forward": [np.nan, np.nan]}, np.nan)
+    with pytest.raises(ValueError, match=r"ErrorCurve.best: every error of 'forward' is NaN"):
+        curve.best("forward")
+    with pytest.raises(KeyError, match=r"no errors for method 'central'.*\['forward'\]"):
+        curve.best("central")
+
+
+def test_error_curve_takes_a_single_method_name():
+    curve = numerical.error_curve(np.sin, np.cos, 1.0, hs=[1e-3, 1e-5], methods="central")
+    assert list(curve.errors) == ["central"]
+    assert curve.best("central")[1] < 1e-9
+
+
+@pytest.mark.parametrize("method", ["forward", "backward", "central", "complex"])
+def test_derivative_of_a_function_returning_a_list(method):
+    derivative = numerical.derivative(lambda t: [t * t, np.sin(t)], 0.5, method=method)
+    np.testing.assert_allclose(derivative, [1.0, np.cos(0.5)], rtol=1e-6)

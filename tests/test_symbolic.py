@@ -1,6 +1,9 @@
 """Symbolic differentiation: the textbook rules, sound simplification, expression swell."""
 
+import ast
 import math
+import tracemalloc
+from fractions import Fraction
 from itertools import pairwise
 
 import numpy as np
@@ -99,13 +102,28 @@ def test_simplify_is_sound_with_functions(expr, a, b):
     assert after == pytest.approx(before, rel=1e-9, abs=1e-9)
 
 
+class _ExactNumbers(ast.NodeTransformer):
+    """Read every number in Python source as a Fraction, so 1/3 stays exact."""
+
+    def visit_Constant(self, node):  # noqa: N802  (the name ast asks for)
+        return ast.Call(ast.Name("Fraction", ast.Load()), [node], [])
+
+
+def _read_back(text, env):
+    tree = ast.fix_missing_locations(_ExactNumbers().visit(ast.parse(text, mode="eval")))
+    code = compile(tree, "<printed>", "eval")
+    return eval(code, {"__builtins__": {}, "Fraction": Fraction}, dict(env))
+
+
 @given(
-    expressions(), st.fractions(-3, 3, max_denominator=5), st.fractions(-3, 3, max_denominator=5)
+    expressions(fractions=True),
+    st.fractions(-3, 3, max_denominator=5),
+    st.fractions(-3, 3, max_denominator=5),
 )
 def test_printing_puts_brackets_where_precedence_needs_them(expr, a, b):
     env = {"x": a, "y": b}
     try:  # Python reads our text with its own precedence rules
-        printed = eval(str(expr), {"__builtins__": {}}, dict(env))
+        printed = _read_back(str(expr), env)
     except ZeroDivisionError:
         printed = None
     assert printed == _exact_value(expr, env), str(expr)
@@ -204,3 +222,142 @@ def test_clear_errors():
         x + "y"
     with pytest.raises(ValueError, match="identifier"):
         Symbol("2x")
+
+
+# -- printing fractions, non-finite numbers, free exponents ---------------------------------
+
+
+def test_negative_fractions_print_like_a_division_in_brackets():
+    third = symbolic.Number(Fraction(-1, 3))
+    assert str(x / third) == "x/(-1/3)"
+    assert str(third**x) == "(-1/3)**x"
+    assert str(x**third) == "x**(-1/3)"
+    assert str(x * symbolic.Number(Fraction(1, 3))) == "x*1/3"
+
+
+def test_simplify_keeps_what_would_not_fold_to_a_finite_number():
+    two, inf = symbolic.Number(2.0), symbolic.Number(math.inf)
+    assert str(simplify(two**10000)) == "2.0**10000"  # 2.0**10000 overflows
+    assert str(simplify(exp(symbolic.Number(1000)))) == "exp(1000)"
+    assert str(simplify(log(symbolic.Number(0)) + sin(inf))) == "log(0) + sin(inf)"
+    assert str(simplify(inf * x * 2)) == "2*inf*x"
+    assert str(simplify(x**inf)) == "x**inf"
+    big = symbolic.Number(1e308)
+    assert str(simplify(big * 10 * x)) == "1e+308*10*x"
+    assert str(simplify(big + big - x)) == "1e+308 - x + 1e+308"  # no inf constant
+    assert str(simplify(exp(symbolic.Number(0)) + x / inf)) == "1"  # finite folds still fold
+
+
+SPECIALS = (math.inf, -math.inf, math.nan)
+
+
+@given(
+    expressions(with_functions=True, max_leaves=6, specials=SPECIALS),
+    st.floats(0.3, 2),
+    st.floats(0.3, 2),
+)
+def test_simplify_is_sound_with_inf_and_nan_in_the_expression(expr, a, b):
+    env = {"x": a, "y": b}
+    simplified = simplify(expr)
+    with np.errstate(all="ignore"):
+        before = float(evaluate(expr, env))
+        after = float(evaluate(simplified, env))
+    assume(math.isfinite(before) and abs(before) < 1e8)
+    assert after == pytest.approx(before, rel=1e-9, abs=1e-9), f"{expr}  ->  {simplified}"
+
+
+@given(expressions(with_functions=True, specials=(1e308, -1e308, 5e-324, 10.0**200)))
+def test_simplify_of_huge_and_tiny_numbers_gives_an_expression(expr):
+    assert isinstance(simplify(expr), symbolic.Expr)
+
+
+def test_power_rule_whenever_the_exponent_is_free_of_the_variable():
+    assert str(diff(x**y, x)) == "y*x**(y - 1)*1"
+    assert str(diff(x**y, Symbol("x"))) == "y*x**(y - 1)*1"  # symbols match by name
+    # the rule for u**v takes log u: nan for u < 0, where the power rule is fine
+    assert float(evaluate(diff(x**y, x), {"x": -2.0, "y": 3.0})) == 12.0
+    two = symbolic.Number(1) + symbolic.Number(1)
+    assert float(evaluate(diff(x**two, x), {"x": -3.0})) == -6.0
+    assert float(evaluate(diff(x**y, y), {"x": 2.0, "y": 3.0})) == pytest.approx(8 * math.log(2))
+
+
+def test_derivative_of_x_to_the_zero_is_zero_even_at_zero():
+    assert str(diff(x**0, x)) == "0"
+    assert evaluate(diff(x**0, x), {"x": 0}) == 0  # exact: not 0 * 0**-1, ZeroDivisionError
+    assert float(evaluate(diff(x**0, x), {"x": 0.0})) == 0.0  # floats: not 0 * inf = nan
+
+
+def _sum_of_big_terms(n):
+    """x + sin(big + 1)*x + sin(big + 2)*x + ...: n terms sharing a subtree of size ~3n."""
+    big = x
+    for _ in range(n):
+        big = sin(big * y)
+    expr = x
+    for i in range(n):
+        expr = expr + sin(big + i) * x
+    return expr
+
+
+def test_simplify_walks_each_subtree_once_not_once_per_use(monkeypatch):
+    walk = symbolic.postorder
+    visits = []
+
+    def counting_postorder(expr, skip=None):
+        for node in walk(expr, skip) if skip else walk(expr):
+            visits.append(node)
+            yield node
+
+    monkeypatch.setattr(symbolic, "postorder", counting_postorder)
+    counts = []
+    for n in (40, 80):
+        visits.clear()
+        simplify(_sum_of_big_terms(n))
+        counts.append(len(visits))
+    assert counts[1] < 3 * counts[0]  # linear; it was cubic (keys re-walked every use)
+    keys = symbolic._Keys()
+    expr = _sum_of_big_terms(10)
+    first = keys(expr)
+    visits.clear()
+    assert keys(expr) == first and visits == []  # keyed before: no walk at all
+
+
+def test_printing_a_deep_chain_takes_memory_in_proportion_to_the_text():
+    expr = x
+    for _ in range(3000):
+        expr = expr - x
+    tracemalloc.start()
+    try:
+        text = str(expr)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert text == "x" + " - x" * 3000
+    assert peak < 50 * len(text)  # each prefix kept as its own string was ~1000x the text
+
+
+def test_to_graph_computes_number_only_parts_as_numpy_does():
+    one, zero, two = symbolic.Number(1), symbolic.Number(0), symbolic.Number(2.0)
+    with pytest.warns(RuntimeWarning):  # 1/0: inf with a warning, not ZeroDivisionError
+        graph = symbolic.to_graph(one / zero + x, {"x": ad.tensor(2.0)})
+    assert float(graph.value) == math.inf
+    with pytest.warns(RuntimeWarning):  # 2.0**10000 overflows to inf, not OverflowError
+        assert float(symbolic.to_graph(two**10000).value) == math.inf
+    x32 = ad.tensor([3.0, 6.0], name="x", dtype="float32")
+    graph = symbolic.to_graph(x * (one / symbolic.Number(3)), {"x": x32})
+    assert graph.value.dtype == np.float32  # the folded 1/3 stays a weak Python float
+    np.testing.assert_allclose(graph.value, [1.0, 2.0], rtol=1e-7)
+    (dx,) = ad.gradients(graph, [x32])
+    np.testing.assert_allclose(dx.value, [1 / 3, 1 / 3], rtol=1e-7)
+
+
+def test_to_graph_refuses_unknown_names_and_integer_values():
+    with pytest.raises(ValueError, match=r"to_graph: variables has 'X'.*symbols are \['x', 'y'\]"):
+        symbolic.to_graph(x * y, {"X": 1.0})
+    with pytest.raises(TypeError, match=r"to_graph: variable 'x' is 2, of integer dtype.*2.0"):
+        symbolic.to_graph(x * x, {"x": 2})
+
+
+def test_exact_mode_reads_a_float_as_its_binary_fraction():
+    assert evaluate(x * 0.1, {"x": 1}) == Fraction(0.1) == Fraction(3602879701896397, 2**55)
+    assert evaluate(x * symbolic.Number(Fraction(1, 10)), {"x": 1}) == Fraction(1, 10)
+    assert float(evaluate(x * 0.1, {"x": 1.0})) == 0.1  # float mode, for comparison
