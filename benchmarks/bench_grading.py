@@ -64,8 +64,10 @@ def main() -> None:
         for _ in range(args.repeats):
             (outcome,) = instructor.autograde(course, assignment, "solo", force=True)
             times.append(outcome.seconds)
-        print(f"  {assignment:<24} {statistics.median(times):6.1f} s  "
-              f"(min {min(times):.1f}, max {max(times):.1f}; score {outcome.score:g})")
+        print(
+            f"  {assignment:<24} {statistics.median(times):6.1f} s  "
+            f"(min {min(times):.1f}, max {max(times):.1f}; score {outcome.score:g})"
+        )
 
     assignment = args.batch_assignment
     for number in range(args.batch):
@@ -79,9 +81,12 @@ def main() -> None:
     plain = time.perf_counter() - started
     count = args.batch + 1  # the batch and "solo"
     print(f"\n{count} submissions of {assignment}:")
-    print(f"  make autograde (one process each): {isolated:6.1f} s  ({isolated / count:.1f} s each)")
-    print(f"  plain nbgrader autograde (one run): {plain:6.1f} s  ({plain / count:.1f} s each)"
-          f"{'' if code == 0 else '  [nbgrader reported errors]'}")
+    each = isolated / count
+    print(f"  make autograde (one process each): {isolated:6.1f} s  ({each:.1f} s each)")
+    print(
+        f"  plain nbgrader autograde (one run): {plain:6.1f} s  ({plain / count:.1f} s each)"
+        f"{'' if code == 0 else '  [nbgrader reported errors]'}"
+    )
     print(f"  isolation costs {isolated / plain:.2f}x the plain run")
     shutil.rmtree(course)
 

@@ -270,4 +270,3 @@ def test_command_line_needs_the_course_root(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit, match="nbgrader_config.py"):
         instructor.main(["grades"])
-
