@@ -47,3 +47,11 @@ c.GenerateFeedback.preprocessors = [
 
 # LMS downloads: Canvas, Moodle, or one folder per student (make collect ZIP=...).
 c.ZipCollectApp.collector_plugin = "autodiff.instructor.LMSCollector"
+
+# The lab's assignment list reads an exchange folder; nbgrader's default
+# (/srv/nbgrader/exchange) needs root, so the course keeps its own (git-ignored).
+# On a JupyterHub, point it at a shared folder instead: NBGRADER_EXCHANGE=/srv/...
+c.Exchange.root = os.environ.get(
+    "NBGRADER_EXCHANGE", os.path.join(c.CourseDirectory.root, ".exchange")
+)
+os.makedirs(c.Exchange.root, exist_ok=True)
