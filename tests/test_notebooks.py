@@ -81,12 +81,15 @@ def test_lecture_runs_top_to_bottom(path):
         kernel_name="python3",
         resources={"metadata": {"path": str(COURSE)}},  # the kernel's working directory
     )
+    failure = None
     try:
         client.execute()
     except nbclient.exceptions.CellExecutionError as error:
-        pytest.fail(f"{path.name} failed in {failing_cell(notebook) or error}", pytrace=False)
+        failure = f"{path.name} failed in {failing_cell(notebook) or error}"
     except nbclient.exceptions.CellTimeoutError as error:
-        pytest.fail(f"{path.name}: a cell ran over {CELL_TIMEOUT} s:\n{error}", pytrace=False)
+        failure = f"{path.name}: a cell ran over {CELL_TIMEOUT} s:\n{error}"
+    if failure:  # failed outside the except block: no chained traceback to read past
+        pytest.fail(failure, pytrace=False)
     left_behind = sorted(relative(p) for p in repository_files() - before)
     assert not left_behind, (
         f"{path.name} wrote files into the repository: {left_behind}. "
