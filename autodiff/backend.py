@@ -149,7 +149,7 @@ def _is_floating_data(data: Any) -> bool:
 def synchronize() -> None:
     """Wait for the GPU to finish queued work (a no-op without CuPy): GPU calls return
     before the kernels finish, so timings must synchronise first."""
-    if _cupy is not None:
+    if _cupy is not None and "gpu" in available_devices():  # CuPy without a GPU: nothing queued
         _cupy.cuda.Device().synchronize()
 
 

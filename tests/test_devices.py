@@ -120,3 +120,20 @@ def test_gpu_memory_stays_flat_while_graphs_are_rebuilt():
     held = backend.memory_info()["held_bytes"]
     steps(2000)
     assert backend.memory_info()["held_bytes"] <= held * 1.05 + 2**20
+
+
+def test_synchronize_is_a_no_op_with_cupy_but_no_gpu(monkeypatch):
+    class NoDevice:
+        class cuda:
+            class runtime:
+                @staticmethod
+                def getDeviceCount():
+                    raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device")
+
+            class Device:
+                def synchronize(self):
+                    raise AssertionError("synchronize must not touch a missing GPU")
+
+    monkeypatch.setattr(backend, "_cupy", NoDevice)
+    assert backend.available_devices() == ["cpu"]
+    backend.synchronize()  # returns quietly instead of raising
