@@ -184,8 +184,25 @@ def is_floating(dtype: Any) -> bool:
 
 
 def result_dtype(*dtypes: Any):
-    """The dtype NumPy would give when combining arrays of these dtypes."""
-    return np.result_type(*[d for d in dtypes if d is not None])
+    """The dtype NumPy gives when combining arrays of these dtypes; None stands for a
+    Python number, which does not change it (NEP 50). None if all are Python numbers."""
+    strong = [d for d in dtypes if d is not None]
+    return np.result_type(*strong) if strong else None
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape that arrays of these shapes broadcast to (ValueError if they do not).
+
+    >>> broadcast_shapes((3, 1), (4,))
+    (3, 4)
+    """
+    return tuple(np.broadcast_shapes(*shapes))
+
+
+def empty(shape: tuple[int, ...], dtype: Any, like: Any) -> Array:
+    """An uninitialised array on the device of ``like`` (an array, or a list of them)."""
+    arrays = like if isinstance(like, (list, tuple)) else [like]
+    return namespace(*arrays).empty(shape, dtype=dtype)
 
 
 def random_normal(shape: tuple[int, ...], dtype: Any, device: str, seed: int) -> Array:

@@ -15,9 +15,10 @@ them too.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from . import backend
 
@@ -191,6 +192,28 @@ class Node:
         return ops.transpose(self)
 
 
+class Spec(NamedTuple):
+    """What shape inference knows of a value without computing it (see memory.py).
+
+    ``dtype`` is None for a Python number. ``view`` is True when an op's output shares
+    the memory of its first input (a reshape, a transpose): it costs no new bytes.
+
+    >>> Spec((2, 3), "float64")
+    Spec(shape=(2, 3), dtype='float64', view=False)
+    """
+
+    shape: tuple[int, ...]
+    dtype: Any
+    view: bool = False
+
+
+def spec_of(value: Any) -> Spec:
+    """The Spec of a value: its shape and dtype (dtype None for a Python number)."""
+    if backend.is_weak_scalar(value):
+        return Spec((), None)
+    return Spec(tuple(value.shape), value.dtype)
+
+
 class Op:
     """An operation: how to compute its output, and how to differentiate it.
 
@@ -201,7 +224,13 @@ class Op:
       for "no gradient") per input, *written with library ops*, so that gradient
       graphs can be drawn and differentiated again;
     * ``jvp(node, *input_tangents)``: the tangent of the output (forward mode), also
-      written with ops; ``None`` means a zero tangent.
+      written with ops; ``None`` means a zero tangent;
+    * ``infer(*input_specs, **attrs)``: the shape rule, the output's ``Spec`` (shape,
+      dtype, whether it is a view of input 0) from the inputs' Specs, with no data.
+
+    ``compute`` may take an ``out=`` buffer to write its result into (memory.py plans
+    these buffers); ``in_place = True`` says the output may overwrite an input of its
+    shape, as elementwise ops can.
 
     Defining a subclass registers it in ``Op.registry``, which the test suite loops
     over: an op without a passing gradient check fails CI.
@@ -219,11 +248,16 @@ class Op:
     shape_inputs: ClassVar[tuple[int, ...]] = ()
     # Positions that may hold integers (class labels); integers are never differentiated.
     integer_inputs: ClassVar[tuple[int, ...]] = ()
+    # Memory planning (memory.py). in_place: the output may overwrite an input of its
+    # shape. takes_out: ``compute`` has an ``out=`` parameter (read from its signature).
+    in_place: ClassVar[bool] = False
+    takes_out: ClassVar[bool] = False
 
     def __init_subclass__(cls, register: bool = True, **kwargs):
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = cls.__name__.lower()
+        cls.takes_out = "out" in inspect.signature(cls.compute).parameters
         if register:
             Op.registry[cls.name] = cls
         cls._instance = cls()
@@ -244,13 +278,18 @@ class Op:
         node.value = op.run(input_vals, attrs)
         return node
 
-    def run(self, input_vals: Sequence[Any], attrs: dict) -> Any:
-        """``compute`` with the checks that turn NumPy errors into readable ones."""
+    def run(self, input_vals: Sequence[Any], attrs: dict, out: Any = None) -> Any:
+        """``compute`` with the checks that turn NumPy errors into readable ones.
+
+        ``out``, for ops that take it, is the array to write the result into.
+        """
         for value in input_vals:
             if getattr(value, "dtype", _FLOAT64).kind not in "fc":
                 self._check_dtypes(input_vals)
                 break
         try:
+            if out is not None:
+                return self.compute(*input_vals, out=out, **attrs)
             return self.compute(*input_vals, **attrs)
         except Exception as exc:
             if isinstance(exc, (ShapeError, DTypeError, DeviceError)) or str(exc).startswith(
@@ -306,6 +345,12 @@ class Op:
 
     def jvp(self, node: Node, *input_tangents: Node) -> Node | None:
         raise NotImplementedError(f"{type(self).__name__}.jvp")
+
+    def infer(self, *input_specs: Spec, **attrs) -> Spec:
+        raise NotImplementedError(
+            f"{type(self).__name__}.infer: the op has no shape rule, which memory planning "
+            f"needs. Define infer(self, *input_specs, **attrs) returning a Spec."
+        )
 
     def unbroadcast_needed(self, node: Node, index: int) -> bool:
         """Whether the gradient for input ``index`` may be bigger than that input.

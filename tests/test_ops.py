@@ -60,3 +60,39 @@ def test_float32_stays_float32(name, data):
 def test_each_op_states_its_rules_in_its_docstring(name):
     cls = ad.Op.registry[name]
     assert cls.__doc__ and "=" in cls.__doc__, f"{cls.__name__} should state its math"
+
+
+# Memory planning (autodiff/memory.py) relies on two more promises of every op.
+
+
+@pytest.mark.parametrize("name", OPS)
+@given(data=st.data())
+def test_shape_rule_agrees_with_compute(name, data):
+    """``infer`` gives the shape and dtype that ``compute`` does, and says whether the
+    output is a view of input 0 (an op that shares memory without saying so would have
+    its memory overwritten by a memory plan)."""
+    case = data.draw(OP_CASES[name])
+    node = case.fn(*[ad.tensor(a) for a in case.args])
+    assert node.op.name == name
+    spec = node.op.infer(*[ad.graph.spec_of(x.value) for x in node.inputs], **node.attrs)
+    assert spec.shape == np.shape(node.value)
+    assert spec.dtype == node.value.dtype
+    assert spec.view == np.shares_memory(node.value, node.inputs[0].value)
+
+
+@pytest.mark.parametrize("name", [n for n in OPS if ad.Op.registry[n].takes_out])
+@given(data=st.data())
+def test_writing_into_out_gives_the_same_bits(name, data):
+    """With ``out=`` an op writes into the buffer it is given, with the same result; an op
+    marked ``in_place`` may be given one of its own inputs as ``out``."""
+    case = data.draw(OP_CASES[name])
+    node = case.fn(*[ad.tensor(a) for a in case.args])
+    input_vals = [x.value for x in node.inputs]
+    out = np.empty(np.shape(node.value), node.value.dtype)
+    assert node.op.run(input_vals, node.attrs, out=out) is out
+    np.testing.assert_array_equal(out, node.value)
+    for i, x in enumerate(input_vals):
+        if node.op.in_place and np.shape(x) == out.shape and x.dtype == out.dtype:
+            copies = [np.copy(v) for v in input_vals]
+            node.op.run(copies, node.attrs, out=copies[i])
+            np.testing.assert_array_equal(copies[i], node.value)

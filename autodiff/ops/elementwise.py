@@ -4,21 +4,39 @@ Each class holds the forward computation, the gradient rule (vector-Jacobian pro
 ``d`` below is the adjoint of a value) and the tangent rule (Jacobian-vector product,
 a dot marks a tangent). Binary ops broadcast like NumPy; the engine sums their
 gradients back to each input's shape, so the rules here never mention broadcasting.
+
+Most ``compute`` methods take an optional ``out=`` array to write into, so that a
+memory plan (memory.py) can reuse buffers, or overwrite an input that is no longer
+needed: elementwise ops may work in place.
 """
 
 from __future__ import annotations
 
-from ..backend import is_weak_scalar, namespace
-from ..graph import Node, Op
+from ..backend import broadcast_shapes, is_weak_scalar, namespace, result_dtype
+from ..graph import Node, Op, Spec
 
 
-class Add(Op):
+class Elementwise(Op, register=False):
+    """The family: output element i needs element i of each input only (after
+    broadcasting), so the output may overwrite an input of its own shape (in place).
+
+    Shape rule: the inputs' shapes broadcast together; the dtype is NumPy's result type.
+    """
+
+    in_place = True
+
+    def infer(self, *inputs: Spec, **attrs) -> Spec:
+        shape = broadcast_shapes(*(x.shape for x in inputs))
+        return Spec(shape, result_dtype(*(x.dtype for x in inputs)))
+
+
+class Add(Elementwise):
     """Y = A + B;   dA = dY,  dB = dY;   Y' = A' + B'."""
 
     broadcasts = True
 
-    def compute(self, a, b):
-        return a + b
+    def compute(self, a, b, out=None):
+        return a + b if out is None else namespace(a, b).add(a, b, out=out)
 
     def gradient(self, node, output_grad):
         return [output_grad, output_grad]
@@ -27,13 +45,13 @@ class Add(Op):
         return a_dot + b_dot
 
 
-class Subtract(Op):
+class Subtract(Elementwise):
     """Y = A - B;   dA = dY,  dB = -dY;   Y' = A' - B'."""
 
     broadcasts = True
 
-    def compute(self, a, b):
-        return a - b
+    def compute(self, a, b, out=None):
+        return a - b if out is None else namespace(a, b).subtract(a, b, out=out)
 
     def gradient(self, node, output_grad):
         return [output_grad, -output_grad]
@@ -42,13 +60,13 @@ class Subtract(Op):
         return a_dot - b_dot
 
 
-class Multiply(Op):
+class Multiply(Elementwise):
     """Y = A * B;   dA = dY * B,  dB = dY * A;   Y' = A' * B + A * B'."""
 
     broadcasts = True
 
-    def compute(self, a, b):
-        return a * b
+    def compute(self, a, b, out=None):
+        return a * b if out is None else namespace(a, b).multiply(a, b, out=out)
 
     def gradient(self, node, output_grad):
         a, b = node.inputs
@@ -59,13 +77,13 @@ class Multiply(Op):
         return a_dot * b + a * b_dot
 
 
-class Divide(Op):
+class Divide(Elementwise):
     """Y = A / B;   dA = dY / B,  dB = -dY * Y / B;   Y' = (A' - Y * B') / B."""
 
     broadcasts = True
 
-    def compute(self, a, b):
-        return a / b
+    def compute(self, a, b, out=None):
+        return a / b if out is None else namespace(a, b).divide(a, b, out=out)
 
     def gradient(self, node, output_grad):
         a, b = node.inputs
@@ -76,13 +94,13 @@ class Divide(Op):
         return (a_dot - node * b_dot) / b
 
 
-class Power(Op):
+class Power(Elementwise):
     """Y = A ** B (B an array, A > 0);   dA = dY * B * A**(B-1),  dB = dY * log(A) * Y."""
 
     broadcasts = True
 
-    def compute(self, a, b):
-        return a**b
+    def compute(self, a, b, out=None):
+        return a**b if out is None else namespace(a, b).power(a, b, out=out)
 
     def gradient(self, node, output_grad):
         a, b = node.inputs
@@ -93,7 +111,7 @@ class Power(Op):
         return a_dot * b * a ** (b - 1) + b_dot * log(a) * node
 
 
-class PowerScalar(Op):
+class PowerScalar(Elementwise):
     """Y = X ** p (p a Python number);   dX = dY * p * X**(p-1);   Y' = p * X**(p-1) * X'."""
 
     name = "power_scalar"
@@ -114,11 +132,11 @@ class PowerScalar(Op):
         return None if p == 0 else x_dot * p * x ** (p - 1)
 
 
-class Negative(Op):
+class Negative(Elementwise):
     """Y = -X;   dX = -dY;   Y' = -X'."""
 
-    def compute(self, x):
-        return -x
+    def compute(self, x, out=None):
+        return -x if out is None else namespace(x).negative(x, out=out)
 
     def gradient(self, node, output_grad):
         return [-output_grad]
@@ -127,11 +145,11 @@ class Negative(Op):
         return -x_dot
 
 
-class Exp(Op):
+class Exp(Elementwise):
     """Y = exp(X);   dX = dY * Y;   Y' = Y * X'."""
 
-    def compute(self, x):
-        return namespace(x).exp(x)
+    def compute(self, x, out=None):
+        return namespace(x).exp(x, out=out)
 
     def gradient(self, node, output_grad):
         return [output_grad * node]
@@ -140,11 +158,11 @@ class Exp(Op):
         return x_dot * node
 
 
-class Log(Op):
+class Log(Elementwise):
     """Y = log(X);   dX = dY / X;   Y' = X' / X."""
 
-    def compute(self, x):
-        return namespace(x).log(x)
+    def compute(self, x, out=None):
+        return namespace(x).log(x, out=out)
 
     def gradient(self, node, output_grad):
         return [output_grad / node.inputs[0]]
@@ -153,11 +171,11 @@ class Log(Op):
         return x_dot / node.inputs[0]
 
 
-class Sin(Op):
+class Sin(Elementwise):
     """Y = sin(X);   dX = dY * cos(X);   Y' = cos(X) * X'."""
 
-    def compute(self, x):
-        return namespace(x).sin(x)
+    def compute(self, x, out=None):
+        return namespace(x).sin(x, out=out)
 
     def gradient(self, node, output_grad):
         return [output_grad * cos(node.inputs[0])]
@@ -166,11 +184,11 @@ class Sin(Op):
         return x_dot * cos(node.inputs[0])
 
 
-class Cos(Op):
+class Cos(Elementwise):
     """Y = cos(X);   dX = -dY * sin(X);   Y' = -sin(X) * X'."""
 
-    def compute(self, x):
-        return namespace(x).cos(x)
+    def compute(self, x, out=None):
+        return namespace(x).cos(x, out=out)
 
     def gradient(self, node, output_grad):
         return [-output_grad * sin(node.inputs[0])]
@@ -179,11 +197,11 @@ class Cos(Op):
         return -x_dot * sin(node.inputs[0])
 
 
-class Tanh(Op):
+class Tanh(Elementwise):
     """Y = tanh(X);   dX = dY * (1 - Y**2);   Y' = (1 - Y**2) * X'."""
 
-    def compute(self, x):
-        return namespace(x).tanh(x)
+    def compute(self, x, out=None):
+        return namespace(x).tanh(x, out=out)
 
     def gradient(self, node, output_grad):
         return [output_grad * (1 - node * node)]
@@ -192,7 +210,7 @@ class Tanh(Op):
         return x_dot * (1 - node * node)
 
 
-class Sigmoid(Op):
+class Sigmoid(Elementwise):
     """Y = 1 / (1 + exp(-X));   dX = dY * Y * (1 - Y);   Y' = Y * (1 - Y) * X'."""
 
     def compute(self, x):
@@ -206,11 +224,11 @@ class Sigmoid(Op):
         return x_dot * node * (1 - node)
 
 
-class Relu(Op):
+class Relu(Elementwise):
     """Y = max(X, 0);   dX = dY * step(X);   Y' = step(X) * X'  (step(0) = 0, as in PyTorch)."""
 
-    def compute(self, x):
-        return namespace(x).maximum(x, 0)
+    def compute(self, x, out=None):
+        return namespace(x).maximum(x, 0, out=out)
 
     def gradient(self, node, output_grad):
         return [output_grad * step(node.inputs[0])]
@@ -219,11 +237,11 @@ class Relu(Op):
         return x_dot * step(node.inputs[0])
 
 
-class Sqrt(Op):
+class Sqrt(Elementwise):
     """Y = sqrt(X);   dX = dY / (2 Y);   Y' = X' / (2 Y)."""
 
-    def compute(self, x):
-        return namespace(x).sqrt(x)
+    def compute(self, x, out=None):
+        return namespace(x).sqrt(x, out=out)
 
     def gradient(self, node, output_grad):
         return [output_grad * 0.5 / node]
@@ -232,13 +250,13 @@ class Sqrt(Op):
         return x_dot * 0.5 / node
 
 
-class Maximum(Op):
+class Maximum(Elementwise):
     """Y = max(A, B);   dA = dY * step(A - B),  dB = dY * step(B - A)  (ties split the gradient)."""
 
     broadcasts = True
 
-    def compute(self, a, b):
-        return namespace(a, b).maximum(a, b)
+    def compute(self, a, b, out=None):
+        return namespace(a, b).maximum(a, b, out=out)
 
     def gradient(self, node, output_grad):
         a, b = node.inputs
@@ -249,7 +267,7 @@ class Maximum(Op):
         return a_dot * step(a - b, 0.5) + b_dot * step(b - a, 0.5)
 
 
-class Step(Op):
+class Step(Elementwise):
     """Y = 1 where X > 0, 0 where X < 0, ``at_zero`` where X = 0;  flat: no gradient."""
 
     def compute(self, x, at_zero):
@@ -264,7 +282,7 @@ class Step(Op):
         return None
 
 
-class OnesLike(Op):
+class OnesLike(Elementwise):
     """Y = an array of ones with X's shape and dtype; depends on no value of X."""
 
     name = "ones_like"
@@ -280,7 +298,7 @@ class OnesLike(Op):
         return None
 
 
-class ZerosLike(Op):
+class ZerosLike(Elementwise):
     """Y = an array of zeros with X's shape and dtype; depends on no value of X."""
 
     name = "zeros_like"

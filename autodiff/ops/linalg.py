@@ -6,7 +6,8 @@ two axes when its flag is set, as in BLAS. Leading axes are batch axes and broad
 
 from __future__ import annotations
 
-from ..graph import Node, Op, ShapeError
+from ..backend import broadcast_shapes, namespace, result_dtype
+from ..graph import Node, Op, ShapeError, Spec
 from .shape import shape_of
 
 
@@ -23,13 +24,20 @@ class MatMul(Op):
 
     broadcasts = True
 
-    def compute(self, a, b, trans_A, trans_B):
+    def compute(self, a, b, trans_A, trans_B, out=None):
         self._check_shapes(a, b, trans_A, trans_B)
         if trans_A:
             a = _matrix_transpose(a)
         if trans_B:
             b = _matrix_transpose(b)
-        return a @ b
+        return a @ b if out is None else namespace(a, b).matmul(a, b, out=out)
+
+    def infer(self, a, b, trans_A, trans_B):
+        self._check_shapes(a, b, trans_A, trans_B)
+        rows = a.shape[-1] if trans_A else a.shape[-2]
+        columns = b.shape[-2] if trans_B else b.shape[-1]
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        return Spec((*batch, rows, columns), result_dtype(a.dtype, b.dtype))
 
     def gradient(self, node, output_grad):
         a, b = node.inputs

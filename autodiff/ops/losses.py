@@ -9,7 +9,7 @@ lecture compares it with the same loss composed of fine ops
 from __future__ import annotations
 
 from ..backend import namespace
-from ..graph import DTypeError, Node, Op, ShapeError
+from ..graph import DTypeError, Node, Op, ShapeError, Spec
 from .reductions import count, log_softmax, logsumexp_values, softmax, sum
 from .shape import shape_of
 
@@ -63,6 +63,10 @@ class OneHot(Op):
     def compute(self, labels, logits):
         return one_hot_values(labels, logits)
 
+    def infer(self, labels, logits):
+        # Probabilities already in the logits' dtype are passed on as they are.
+        return Spec(logits.shape, logits.dtype, view=labels.dtype == logits.dtype)
+
     def gradient(self, node, output_grad):
         return [output_grad, None]
 
@@ -90,6 +94,9 @@ class SoftmaxCrossEntropy(Op):
             picked = namespace(logits).take_along_axis(log_probs, labels[..., None], axis=-1)
             return -picked.sum() / rows
         return -(labels * log_probs).sum() / rows
+
+    def infer(self, logits, labels):
+        return Spec((), logits.dtype)
 
     def gradient(self, node, output_grad):
         logits, labels = node.inputs

@@ -8,14 +8,26 @@ Softmax and log-softmax normalise along ``axis`` (default: the last) and keep th
 from __future__ import annotations
 
 from ..backend import namespace
-from ..graph import Node, Op
+from ..graph import Node, Op, Spec
 from .elementwise import exp
-from .shape import broadcast_like
+from .shape import broadcast_like, normalize_axes
 
 
 def _spread_axis(attrs: dict):
     """The axis a reduction removed, or None if its output still broadcasts (keepdims)."""
     return None if attrs["keepdims"] else attrs["axis"]
+
+
+def reduced_shape(shape: tuple[int, ...], axis, keepdims: bool) -> tuple[int, ...]:
+    """The shape left after reducing ``shape`` over ``axis`` (all axes when None).
+
+    >>> reduced_shape((2, 3, 4), 1, keepdims=False), reduced_shape((2, 3), None, True)
+    ((2, 4), (1, 1))
+    """
+    axes = range(len(shape)) if axis is None else normalize_axes(axis, len(shape))
+    if keepdims:
+        return tuple(1 if i in axes else n for i, n in enumerate(shape))
+    return tuple(n for i, n in enumerate(shape) if i not in axes)
 
 
 def logsumexp_values(x, axis, keepdims: bool):
@@ -32,8 +44,11 @@ def logsumexp_values(x, axis, keepdims: bool):
 class Sum(Op):
     """Y = sum(X, axis);   dX = dY broadcast back over the summed axes;   Y' = sum(X', axis)."""
 
-    def compute(self, x, axis, keepdims):
-        return x.sum(axis=axis, keepdims=keepdims)
+    def compute(self, x, axis, keepdims, out=None):
+        return x.sum(axis=axis, keepdims=keepdims, out=out)
+
+    def infer(self, x, axis, keepdims):
+        return Spec(reduced_shape(x.shape, axis, keepdims), x.dtype)
 
     def gradient(self, node, output_grad):
         return [broadcast_like(output_grad, node.inputs[0], _spread_axis(node.attrs))]
@@ -56,6 +71,9 @@ class Count(Op):
                 n *= x.shape[a]
         return namespace(x).asarray(n, dtype=x.dtype)
 
+    def infer(self, x, axis):
+        return Spec((), x.dtype)
+
     def gradient(self, node, output_grad):
         return [None]
 
@@ -69,6 +87,9 @@ class LogSumExp(Op):
 
     def compute(self, x, axis, keepdims):
         return logsumexp_values(x, axis, keepdims)
+
+    def infer(self, x, axis, keepdims):
+        return Spec(reduced_shape(x.shape, axis, keepdims), x.dtype)
 
     def gradient(self, node, output_grad):
         x = node.inputs[0]
@@ -91,6 +112,9 @@ class Softmax(Op):
         e = xp.exp(x - x.max(axis=axis, keepdims=True))
         return e / e.sum(axis=axis, keepdims=True)
 
+    def infer(self, x, axis):
+        return Spec(x.shape, x.dtype)
+
     def gradient(self, node, output_grad):
         axis = node.attrs["axis"]
         return [node * (output_grad - sum(output_grad * node, axis, keepdims=True))]
@@ -108,6 +132,9 @@ class LogSoftmax(Op):
 
     def compute(self, x, axis):
         return x - logsumexp_values(x, axis, keepdims=True)
+
+    def infer(self, x, axis):
+        return Spec(x.shape, x.dtype)
 
     def gradient(self, node, output_grad):
         axis = node.attrs["axis"]

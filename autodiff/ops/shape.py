@@ -3,6 +3,9 @@
 Their gradients move the adjoint back: a transpose is undone by the inverse transpose,
 a reshape by a reshape to the input's shape, a broadcast by a sum.
 
+Most of them copy nothing: their output is a *view* of the input's memory (their shape
+rule, ``infer``, says so with ``view=True``), which memory planning counts as free.
+
 Three helper ops take a second, "like" input that only lends its shape. They let a
 gradient rule say "back to the shape of X" before X's shape is known (symbolic graphs):
 ``sum_to_like`` (undoes broadcasting; the engine calls it for broadcasting ops),
@@ -11,8 +14,10 @@ gradient rule say "back to the shape of X" before X's shape is known (symbolic g
 
 from __future__ import annotations
 
+import math
+
 from ..backend import is_weak_scalar, namespace
-from ..graph import Node, Op
+from ..graph import Node, Op, ShapeError, Spec
 
 
 def shape_of(x) -> tuple[int, ...]:
@@ -20,7 +25,7 @@ def shape_of(x) -> tuple[int, ...]:
     return () if is_weak_scalar(x) else tuple(x.shape)
 
 
-def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     return tuple(sorted(a % ndim for a in axes))
 
@@ -29,9 +34,20 @@ def _insert_ones(shape: tuple[int, ...], axis) -> tuple[int, ...]:
     """``shape`` with a 1 put back at each reduced ``axis`` (as keepdims=True would)."""
     ndim = len(shape) + (1 if isinstance(axis, int) else len(axis))
     result = list(shape)
-    for a in _normalize_axes(axis, ndim):
+    for a in normalize_axes(axis, ndim):
         result.insert(a, 1)
     return tuple(result)
+
+
+def _reshaped(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape a reshape of ``shape`` to ``target`` gives, with a -1 filled in."""
+    size = math.prod(shape)
+    if -1 in target:
+        known = math.prod(d for d in target if d != -1)
+        target = tuple(size // known if d == -1 and known else d for d in target)
+    if math.prod(target) != size:
+        raise ShapeError(f"reshape: cannot reshape shape {shape} ({size} elements) into {target}.")
+    return target
 
 
 def sum_to_shape(x, shape: tuple[int, ...]):
@@ -58,6 +74,10 @@ class Transpose(Op):
     def compute(self, x, axes):
         return x.transpose(axes)
 
+    def infer(self, x, axes):
+        order = reversed(range(len(x.shape))) if axes is None else axes
+        return Spec(tuple(x.shape[a] for a in order), x.dtype, view=True)
+
     def gradient(self, node, output_grad):
         axes = node.attrs["axes"]
         if axes is None:  # reversing the axes is its own inverse
@@ -75,6 +95,10 @@ class Reshape(Op):
     def compute(self, x, shape):
         return x.reshape(shape)
 
+    def infer(self, x, shape):
+        # A view when x is contiguous; NumPy copies otherwise, which the plan does not count.
+        return Spec(_reshaped(x.shape, shape), x.dtype, view=True)
+
     def gradient(self, node, output_grad):
         return [reshape_like(output_grad, node.inputs[0])]
 
@@ -89,6 +113,9 @@ class BroadcastTo(Op):
 
     def compute(self, x, shape):
         return namespace(x).broadcast_to(x, shape)
+
+    def infer(self, x, shape):
+        return Spec(tuple(shape), x.dtype, view=True)
 
     def gradient(self, node, output_grad):
         return [sum_to_like(output_grad, node.inputs[0])]
@@ -112,6 +139,11 @@ class SumToLike(Op):
             return sum_to_shape(g, target)
         return sum_to_shape(g, _insert_ones(target, axis)).reshape(target)
 
+    def infer(self, g, like, axis):
+        kept = like.shape if axis is None else _insert_ones(like.shape, axis)
+        # Nothing to sum: sum_to_shape hands back g itself.
+        return Spec(like.shape, g.dtype, view=g.shape == kept)
+
     def gradient(self, node, output_grad):
         return [broadcast_like(output_grad, node.inputs[0], node.attrs["axis"]), None]
 
@@ -134,6 +166,9 @@ class BroadcastLike(Op):
             g = g.reshape(_insert_ones(shape_of(g), axis))
         return namespace(g).broadcast_to(g, shape_of(like))
 
+    def infer(self, g, like, axis):
+        return Spec(like.shape, g.dtype, view=True)
+
     def gradient(self, node, output_grad):
         return [sum_to_like(output_grad, node.inputs[0], node.attrs["axis"]), None]
 
@@ -149,6 +184,9 @@ class ReshapeLike(Op):
 
     def compute(self, g, like):
         return g.reshape(shape_of(like))
+
+    def infer(self, g, like):
+        return Spec(like.shape, g.dtype, view=True)
 
     def gradient(self, node, output_grad):
         return [reshape_like(output_grad, node.inputs[0]), None]
