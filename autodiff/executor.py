@@ -9,10 +9,13 @@ schedule with the values fed for this run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import backend
 from .graph import Constant, Node, Placeholder, ShapeError, find_topo_sort
+
+if TYPE_CHECKING:
+    from .memory import MemoryPlan
 
 Step = tuple[Node, list[int], list[int]]  # node, input slots, slots to free after it
 
@@ -71,22 +74,30 @@ class Executor:
     its last consumer has run. ``feed_dict`` maps nodes (or their names) to arrays and may
     override any leaf: this is how one graph is run on many inputs.
 
+    ``plan`` (from ``ad.memory.plan``) runs the graph with that memory plan instead:
+    in its order, writing each value into its planned buffer.
+
     >>> import autodiff as ad
     >>> x = ad.Variable("x")
     >>> [float(v) for v in Executor([x * x, x + 1]).run({x: 3.0})]
     [9.0, 4.0]
     """
 
-    def __init__(self, nodes: Node | Sequence[Node]):
+    def __init__(self, nodes: Node | Sequence[Node], plan: MemoryPlan | None = None):
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         for node in self.nodes:
             if not isinstance(node, Node):
                 raise TypeError(f"Executor takes Nodes, got {type(node).__name__}: {node!r}")
         self.topo_order = find_topo_sort(self.nodes)
         self._steps, self._slot = schedule(self.topo_order, set(self.nodes))
+        self.plan = plan
+        if plan is not None:
+            plan.check_outputs(self.nodes)
 
     def run(self, feed_dict: dict | None = None) -> list:
         feeds = self._feed_values(feed_dict or {})
+        if self.plan is not None:
+            return self.plan.run(feeds)
         steps, slot = self._steps, self._slot
         if any(not node.op.is_leaf for node in feeds):
             # A fed intermediate node: its inputs need not (and may not) be computed.

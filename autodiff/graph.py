@@ -16,6 +16,7 @@ them too.
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, NamedTuple
@@ -41,6 +42,7 @@ class DeviceError(ValueError):
 _eager = True
 _built: list = []
 _FLOAT64 = backend.float_dtype("float64")  # the dtype check's default for Python numbers
+_serials = itertools.count()  # numbers nodes in creation order (see Node.serial)
 
 
 @contextmanager
@@ -78,11 +80,11 @@ class Node:
     """One value in a computation graph: the output of ``op`` applied to ``inputs``.
 
     Attributes: ``op``, ``inputs`` (tuple of Nodes), ``attrs`` (the op's constants, such
-    as ``axis``), ``name``, and ``value`` (an array, a Python number for constants
-    written as numbers, or ``None`` while the node is symbolic).
+    as ``axis``), ``name``, ``value`` (an array, a Python number for constants written
+    as numbers, or ``None`` while the node is symbolic), and ``serial`` (creation order).
     """
 
-    __slots__ = ("op", "inputs", "attrs", "name", "value", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "name", "value", "serial", "__weakref__")
     # Make ``numpy_array * node`` call ``node.__rmul__`` instead of looping over the array.
     __array_ufunc__ = None
 
@@ -92,6 +94,9 @@ class Node:
         self.attrs = attrs if attrs is not None else {}
         self.name = name if name is not None else op.name
         self.value = None
+        # Creation order is the order the program was written in, and a topological
+        # order (inputs exist first): memory.py runs graphs in it.
+        self.serial = next(_serials)
 
     # Shape, dtype and device come from the value; a placeholder knows its declared ones.
     @property

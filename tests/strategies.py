@@ -344,3 +344,76 @@ HAS_GPU = "gpu" in ad.backend.available_devices()
 NO_GPU = "no GPU here: the gpu tests need CuPy and a CUDA device (pip install -e '.[gpu]')"
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)
 DEVICES = [pytest.param("cpu"), pytest.param("gpu", marks=requires_gpu)]
+
+
+# -- random graphs (memory planning) ----------------------------------------------------
+
+UNARY = [ad.sin, ad.cos, ad.tanh, ad.sigmoid, ad.negative, ad.relu, ad.exp, ad.softmax]
+BINARY = [ad.add, ad.subtract, ad.multiply, ad.maximum]
+
+
+@dataclass
+class Graph:
+    outputs: list  # Nodes
+    feed: dict  # placeholder -> float64 array
+    nodes: list  # every node built, in creation order
+
+    def __repr__(self):
+        ops = [n.op.name for n in self.nodes if not n.op.is_leaf]
+        return f"Graph(ops={ops}, feed shapes={[v.shape for v in self.feed.values()]})"
+
+
+@st.composite
+def graphs(draw, max_ops=12):
+    """A random graph over a few placeholders: elementwise ops (with broadcasting and
+    Python numbers), reductions, views (transpose, reshape), matmuls and softmax, with
+    one to three of its nodes as outputs. Shapes are tracked so every op fits."""
+    shapes = st.sampled_from([(3, 4), (4, 3), (1, 4), (4,), (3, 1), ()])
+    nodes, shape, feed = [], {}, {}
+    for i in range(draw(st.integers(1, 3))):
+        x = ad.Variable(f"x{i}")
+        shape[x] = draw(shapes)
+        feed[x] = draw(arrays(shape[x]))
+        nodes.append(x)
+    for _ in range(draw(st.integers(1, max_ops))):
+        a = draw(st.sampled_from(nodes))
+        node, out_shape = _random_op(draw, a, nodes, shape)
+        nodes.append(node)
+        shape[node] = out_shape
+    computed = [n for n in nodes if not n.op.is_leaf]
+    extra = draw(st.lists(st.sampled_from(computed), max_size=2, unique=True))
+    outputs = list(dict.fromkeys([computed[-1], *extra]))
+    return Graph(outputs, feed, nodes)
+
+
+def _random_op(draw, a, nodes, shape):
+    kind = draw(st.sampled_from(["unary", "binary", "number", "reduce", "view", "matmul"]))
+    sa = shape[a]
+    if kind == "binary":
+        partners = [b for b in nodes if _broadcasts(sa, shape[b])]
+        b = draw(st.sampled_from(partners))
+        return draw(st.sampled_from(BINARY))(a, b), np.broadcast_shapes(sa, shape[b])
+    if kind == "number":
+        return draw(st.sampled_from([lambda x: x * 2.0, lambda x: 1.0 - x]))(a), sa
+    if kind == "reduce" and sa:
+        keepdims = draw(st.booleans())
+        return ad.sum(a, axis=-1, keepdims=keepdims), sa[:-1] + ((1,) if keepdims else ())
+    if kind == "view" and len(sa) == 2:
+        if draw(st.booleans()):
+            return a.T, sa[::-1]
+        return ad.reshape(ad.reshape(a, (-1,)), sa[::-1]), sa[::-1]
+    if kind == "matmul" and len(sa) == 2:
+        partners = [b for b in nodes if len(shape[b]) == 2 and shape[b][0] == sa[1]]
+        if partners:
+            b = draw(st.sampled_from(partners))
+            return ad.matmul(a, b), (sa[0], shape[b][1])
+    unary = draw(st.sampled_from(UNARY if sa else UNARY[:-1]))
+    return unary(a), sa
+
+
+def _broadcasts(a, b):
+    try:
+        np.broadcast_shapes(a, b)
+        return True
+    except ValueError:
+        return False

@@ -1,0 +1,228 @@
+"""Memory planning and the parallel schedule (autodiff/memory.py).
+
+A few exact small graphs first, as readable examples; then properties on random graphs
+(no buffer holds two live values, the plan changes no result, levels are a topological
+grouping); then the plan against what NumPy allocates.
+"""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+import autodiff as ad
+from autodiff import memory
+from strategies import DEVICES, graphs
+
+N = 1000  # elements of the vectors below: 8000 bytes each in float64
+
+
+def vector():
+    return ad.Variable("x", shape=(N,))
+
+
+# Readable examples ------------------------------------------------------------------------
+
+
+def test_liveness_of_a_tiny_chain():
+    x = vector()
+    a = ad.exp(x)
+    b = ad.sin(a)
+    c = b * 2
+    p = memory.plan([c], {x: np.zeros(N)})
+    assert p.steps == [a, b, c]
+    # (step that computes it, last step that reads it); the output is read after the end.
+    assert p.live == {a: (0, 1), b: (1, 2), c: (2, 3)}
+
+
+def test_elementwise_chain_runs_in_place_in_one_buffer():
+    a = vector()
+    c = ad.exp(a)
+    d = ad.sin(c)
+    e = d * 2
+    p = memory.plan([e], {a: np.zeros(N)})
+    assert p.buffer == {c: 0, d: 0, e: 0}
+    assert p.in_place == {d: c, e: d}  # sin writes over exp's output, * over sin's
+    assert p.naive_bytes == 3 * 8 * N
+    assert p.peak_bytes == 8 * N
+    x = np.linspace(-1, 1, N)
+    (planned,) = ad.Executor([e], plan=p).run({a: x})
+    np.testing.assert_array_equal(planned, np.sin(np.exp(x)) * 2)
+
+
+def test_naive_freed_and_planned_bytes_of_a_small_graph():
+    x = vector()
+    y, z = ad.exp(x), ad.sin(x)
+    w = y * z  # y and z die here: w is written over y
+    out = w.sum()
+    p = memory.plan([out], {x: np.zeros(N)})
+    assert p.naive_bytes == 3 * 8000 + 8
+    assert p.timeline() == {
+        "naive": [8000, 16000, 24000, 24008],
+        "freed": [8000, 16000, 24000, 8008],  # during step 2: y, z and w
+        "planned": [8000, 16000, 16000, 8008],  # w in place over y
+    }
+    assert p.peak_bytes == 16000
+    assert p.in_place == {w: y}
+
+
+def test_a_dead_buffer_of_the_same_size_is_reused():
+    x = ad.Variable("x", shape=(50, 50))
+    h1 = x @ x  # matmul cannot work in place, but h3 can take h1's buffer
+    h2 = h1 @ x
+    h3 = h2 @ x
+    p = memory.plan([h3], {x: np.eye(50)})
+    assert [p.buffer[h] for h in (h1, h2, h3)] == [0, 1, 0]
+    assert p.peak_bytes == 2 * 50 * 50 * 8
+
+
+def test_views_cost_nothing_and_keep_their_base_alive():
+    x = ad.Variable("x", shape=(100, 10))
+    y = ad.exp(x)
+    t = y.T  # a view: no bytes of its own, but y must live while t is read
+    out = ad.matmul(t, x)
+    p = memory.plan([out], {x: np.ones((100, 10))})
+    assert p.views == {t: y}
+    assert p.buffer[t] == p.buffer[y]
+    assert p.held[y] == (0, 2)  # until matmul reads t
+    assert p.naive_bytes == 8000 + 800
+
+
+def test_summary_reads_like_a_table():
+    x = vector()
+    p = memory.plan([ad.sin(ad.exp(x)) * 2], {x: np.zeros(N)})
+    text = p.summary()
+    assert "naive" in text and "planned" in text
+    assert "in place over step 0" in text
+    assert "3.0x less than naive" in repr(p)
+
+
+# Errors a student can act on -----------------------------------------------------------
+
+
+def test_a_missing_feed_names_the_placeholder():
+    x = ad.Variable("pixels")
+    with pytest.raises(ValueError, match="'pixels'"):
+        memory.plan([ad.exp(x)], {})
+
+
+def test_a_plan_fed_other_shapes_names_both_shapes():
+    x = ad.Variable("x")
+    y = ad.exp(x)
+    executor = ad.Executor([y], plan=memory.plan([y], {x: np.zeros(3)}))
+    with pytest.raises(ad.ShapeError, match=r"'x' of shape \(3,\).*shape \(4,\)"):
+        executor.run({x: np.zeros(4)})
+
+
+def test_a_plan_for_other_outputs_is_refused():
+    x = ad.Variable("x")
+    p = memory.plan([ad.exp(x)], {x: np.zeros(3)})
+    with pytest.raises(ValueError, match="other outputs"):
+        ad.Executor([ad.sin(x)], plan=p)
+
+
+def test_shape_inference_finds_shape_errors_before_running():
+    a, b = ad.Variable("a"), ad.Variable("b")
+    with pytest.raises(ad.ShapeError, match=r"matmul.*\(2, 3\).*\(2, 3\)"):
+        memory.plan([a @ b], {a: np.zeros((2, 3)), b: np.zeros((2, 3))})
+    with pytest.raises(ad.ShapeError, match=r"add.*\(2,\).*\(3,\)"):
+        memory.plan([a + b], {a: np.zeros(2), b: np.zeros(3)})
+
+
+# Properties on random graphs ---------------------------------------------------------------
+
+
+@given(graph=graphs())
+def test_no_buffer_holds_two_live_values(graph):
+    p = memory.plan(graph.outputs, graph.feed)
+    by_buffer = {}
+    for owner, interval in p.held.items():
+        by_buffer.setdefault(p.buffer[owner], []).append((interval, owner))
+        assert p.buffer_bytes[p.buffer[owner]] == memory.nbytes(p.specs[owner])
+    for values in by_buffer.values():
+        values.sort(key=lambda item: item[0])
+        for (before, old), (after, new) in zip(values, values[1:], strict=False):
+            # Either the old value is dead, or the new one is written over it in place,
+            # by an elementwise op, at the step that reads the old one for the last time.
+            assert before[1] < after[0] or (before[1] == after[0] and p.in_place[new] is old)
+            assert p.specs[old].dtype == p.specs[new].dtype
+    for view, owner in p.views.items():
+        assert p.buffer[view] == p.buffer.get(owner)
+
+
+@given(graph=graphs())
+def test_a_planned_run_gives_identical_results(graph):
+    expected = ad.Executor(graph.outputs).run(graph.feed)
+    p = memory.plan(graph.outputs, graph.feed)
+    planned = ad.Executor(graph.outputs, plan=p).run(graph.feed)
+    for want, got in zip(expected, planned, strict=True):
+        np.testing.assert_array_equal(got, want)
+        assert np.asarray(got).dtype == np.asarray(want).dtype
+    assert p.peak_bytes <= p.naive_bytes
+
+
+@given(graph=graphs())
+def test_levels_are_a_topological_grouping(graph):
+    groups = memory.levels(graph.outputs)
+    level = {node: k for k, group in enumerate(groups) for node in group}
+    assert len(level) == sum(len(group) for group in groups)  # each node once
+    assert set(level) == set(ad.find_topo_sort(graph.outputs))
+    for node, k in level.items():
+        assert all(level[x] < k for x in node.inputs)
+        assert k == 0 or any(level[x] == k - 1 for x in node.inputs)  # as early as it can
+
+
+# The plan against what NumPy allocates ---------------------------------------------------
+
+
+def tanh_chain(layers, size=4096):
+    """h = tanh(h * w_k), k = 1..layers, on a vector; returns x, the weights and sum(h)."""
+    x = ad.Variable("x", shape=(size,))
+    weights = [ad.Variable(f"w{k}", shape=(size,)) for k in range(layers)]
+    h = x
+    for w in weights:
+        h = ad.tanh(h * w)
+    return x, weights, h.sum()
+
+
+def chain_feed(x, weights, size=4096):
+    rng = np.random.default_rng(0)
+    feed = {x: rng.normal(size=size)}
+    feed.update({w: 1 + 0.5 * rng.normal(size=size) for w in weights})
+    return feed
+
+
+def measured_peak(executor, feed):
+    """Bytes NumPy allocated at most during one run (NumPy reports to tracemalloc)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        executor.run(feed)
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_plan_predicts_what_numpy_allocates():
+    x, weights, loss = tanh_chain(30, size=20_000)
+    feed = chain_feed(x, weights, size=20_000)
+    outputs = [loss, *ad.gradients(loss, [x])]
+    p = memory.plan(outputs, feed)
+    measured = measured_peak(ad.Executor(outputs, plan=p), feed)
+    # The rest is Python's own bookkeeping (a dict of values, array headers): ~1%.
+    assert p.peak_bytes <= measured <= 1.02 * p.peak_bytes
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_planned_run_on_each_device(device):
+    x, weights, loss = tanh_chain(20, size=1000)
+    feed = {k: ad.backend.to_device(v, device) for k, v in chain_feed(x, weights, 1000).items()}
+    grads = ad.gradients(loss, [x, *weights])
+    expected = ad.Executor([loss, *grads]).run(feed)
+    p = memory.plan([loss, *grads], feed)
+    planned = ad.Executor([loss, *grads], plan=p).run(feed)
+    for want, got in zip(expected, planned, strict=True):
+        assert ad.backend.device_of(got) == device
+        np.testing.assert_array_equal(ad.backend.to_numpy(got), ad.backend.to_numpy(want))
