@@ -10,6 +10,7 @@
 
 from . import (
     backend,
+    checkpoint,
     data,
     executor,
     forward,
@@ -56,6 +57,7 @@ __all__ = [
     "as_node",
     "backend",
     "check_grads",
+    "checkpoint",
     "constant",
     "data",
     "deferred",

@@ -8,6 +8,9 @@ drawn, evaluated, and differentiated again (second derivatives for free).
 
 ``jvp_graph`` is the other direction, forward mode: tangents flow with the topological
 order, through each op's ``jvp`` rule.
+
+``gradients(..., checkpoint=...)`` trades compute for memory: the rules read recomputed
+copies of most forward values instead of the values themselves (see checkpoint.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from . import backend
+from .checkpoint import Recomputation, choose_checkpoints
 from .executor import fill_values
 from .graph import Constant, DTypeError, Node, as_node, deferred, find_topo_sort
 from .ops import ones_like, sum_to_like, zeros_like
@@ -127,7 +131,9 @@ def _input_gradients(node: Node, output_grad: Node) -> list[Node | None]:
     return input_grads
 
 
-def _reverse_pass(output: Node, wrt: list[Node], output_grad: Node) -> list[Node]:
+def _reverse_pass(
+    output: Node, wrt: list[Node], output_grad: Node, recompute: Recomputation | None = None
+) -> list[Node]:
     topo_order = find_topo_sort([output])
     on_path = _depends_on(topo_order, wrt)
     contributions: dict[Node, list[Node]] = {output: [output_grad]}
@@ -142,24 +148,35 @@ def _reverse_pass(output: Node, wrt: list[Node], output_grad: Node) -> list[Node
             _steps.append(AdjointStep(node, parts, adjoint[node], sent))
         if node.op.is_leaf:
             continue
-        input_grads = _input_gradients(node, adjoint[node])
+        # With checkpointing, the rule reads recomputed values, not the forward ones.
+        rule_node = node if recompute is None else recompute.rule_node(node)
+        input_grads = _input_gradients(rule_node, adjoint[node])
         for index, (x, grad) in enumerate(zip(node.inputs, input_grads, strict=True)):
             if grad is None or x not in on_path or index in node.op.shape_inputs:
                 continue
             if node.op.broadcasts and node.op.unbroadcast_needed(node, index):
-                grad = sum_to_like(grad, x)
+                grad = sum_to_like(grad, rule_node.inputs[index])
             contributions.setdefault(x, []).append(grad)
             sent.append(grad)
     return [adjoint[x] if x in adjoint else zeros_like(x) for x in wrt]
 
 
-def gradients(output: Node, wrt: Sequence[Node], output_grad=None) -> list[Node]:
+def gradients(
+    output: Node,
+    wrt: Sequence[Node],
+    output_grad=None,
+    checkpoint: str | int | Sequence[Node] | None = None,
+) -> list[Node]:
     """The gradient graph: one Node per entry of ``wrt``, holding d(output)/d(wrt[i]).
 
     The reverse pass is seeded with ``output_grad`` (default ``ones_like(output)``, so a
     non-scalar output gives the gradient of its sum). A node that ``output`` does not
     depend on gets zeros. If the forward graph has values (imperative style) the
     gradient nodes get values too; otherwise evaluate them with an ``Executor``.
+
+    ``checkpoint`` keeps only some forward values for the backward pass and recomputes
+    the others from them (checkpoint.py): ``"sqrt"`` keeps about sqrt(n) of a chain of n
+    ops, an int k every k-th op, a list the nodes in it. The gradients are the same.
 
     >>> import autodiff as ad
     >>> x = ad.tensor(3.0, name="x")
@@ -185,7 +202,10 @@ def gradients(output: Node, wrt: Sequence[Node], output_grad=None) -> list[Node]
         with deferred() as built:
             if output_grad is None:
                 output_grad = ones_like(output)
-            grads = _reverse_pass(output, wrt, output_grad)
+            recompute = None
+            if checkpoint is not None:
+                recompute = Recomputation(choose_checkpoints(output, checkpoint))
+            grads = _reverse_pass(output, wrt, output_grad, recompute)
         if imperative:
             fill_values(grads, built)
     return grads

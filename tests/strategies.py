@@ -417,3 +417,25 @@ def _broadcasts(a, b):
         return True
     except ValueError:
         return False
+
+
+@st.composite
+def chains(draw, max_layers=12):
+    """A chain of layers h = f(h, w_k) on a vector, for checkpointing: returns the
+    Graph (output: the sum of the last layer) and its leaves [x, w_1, ...]."""
+    size = draw(st.integers(1, 5))
+    x = ad.Variable("x")
+    leaves, feed, h = [x], {x: draw(arrays((size,)))}, x
+    for k in range(draw(st.integers(1, max_layers))):
+        w = ad.Variable(f"w{k}")
+        feed[w] = draw(arrays((size,)))
+        leaves.append(w)
+        layer = draw(st.sampled_from(["tanh(h * w)", "sin(h) + w", "h * w - h", "exp(-h * h)"]))
+        h = {
+            "tanh(h * w)": lambda h, w: ad.tanh(h * w),
+            "sin(h) + w": lambda h, w: ad.sin(h) + w,
+            "h * w - h": lambda h, w: h * w - h,
+            "exp(-h * h)": lambda h, w: ad.exp(-h * h),
+        }[layer](h, w)
+    loss = h.sum()
+    return Graph([loss], feed, ad.find_topo_sort([loss])), leaves

@@ -1,8 +1,9 @@
-"""Memory planning and the parallel schedule (autodiff/memory.py).
+"""Memory planning, checkpointing and the parallel schedule (autodiff/memory.py).
 
 A few exact small graphs first, as readable examples; then properties on random graphs
-(no buffer holds two live values, the plan changes no result, levels are a topological
-grouping); then the plan against what NumPy allocates.
+(no buffer holds two live values, the plan changes no result, checkpointed gradients
+equal plain ones, levels are a topological grouping); then the figures that matter: a
+deep chain's peak memory under checkpointing, and the plan against what NumPy allocates.
 """
 
 import tracemalloc
@@ -10,10 +11,11 @@ import tracemalloc
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import autodiff as ad
 from autodiff import memory
-from strategies import DEVICES, graphs
+from strategies import DEVICES, chains, graphs
 
 N = 1000  # elements of the vectors below: 8000 bytes each in float64
 
@@ -130,6 +132,13 @@ def test_shape_inference_finds_shape_errors_before_running():
         memory.plan([a + b], {a: np.zeros(2), b: np.zeros(3)})
 
 
+@pytest.mark.parametrize("bad", ["sqr", 0, -2, 1.5, True])
+def test_a_bad_checkpoint_value_says_what_is_allowed(bad):
+    x = ad.Variable("x")
+    with pytest.raises(ValueError, match="checkpoint"):
+        ad.gradients(ad.tanh(ad.tanh(x)), [x], checkpoint=bad)
+
+
 # Properties on random graphs ---------------------------------------------------------------
 
 
@@ -173,7 +182,24 @@ def test_levels_are_a_topological_grouping(graph):
         assert k == 0 or any(level[x] == k - 1 for x in node.inputs)  # as early as it can
 
 
-# The plan against what NumPy allocates ---------------------------------------------------
+@given(data=st.data())
+def test_checkpointed_gradients_equal_plain_ones(data):
+    graph, leaves = data.draw(chains())
+    (loss,) = graph.outputs
+    forward_ops = [n for n in graph.nodes if not n.op.is_leaf]
+    checkpoint = data.draw(
+        st.sampled_from(["sqrt", 1, 2, 3]) | st.lists(st.sampled_from(forward_ops), max_size=4)
+    )
+    plain = ad.Executor(ad.gradients(loss, leaves)).run(graph.feed)
+    grads = ad.gradients(loss, leaves, checkpoint=checkpoint)
+    checkpointed = ad.Executor(grads).run(graph.feed)
+    planned = ad.Executor(grads, plan=memory.plan(grads, graph.feed)).run(graph.feed)
+    for want, got, got_planned in zip(plain, checkpointed, planned, strict=True):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got_planned, want)
+
+
+# Checkpointing -------------------------------------------------------------------------------
 
 
 def tanh_chain(layers, size=4096):
@@ -193,6 +219,35 @@ def chain_feed(x, weights, size=4096):
     return feed
 
 
+def test_the_gradient_graph_reads_only_checkpoints():
+    x = ad.Variable("x")
+    layers = [x]
+    for _ in range(9):
+        layers.append(ad.tanh(layers[-1]))
+    loss = layers[-1].sum()  # the chain: 9 tanh, then sum
+    (dx,) = ad.gradients(loss, [x], checkpoint=3)
+    forward = set(ad.find_topo_sort([loss]))
+    read = {i for n in ad.find_topo_sort([dx]) if n not in forward for i in n.inputs}
+    # Every third op is kept; the seed ones_like(loss) reads only the loss's shape.
+    assert read & forward == {x, layers[3], layers[6], layers[9], loss}
+    recomputed = [n for n in ad.find_topo_sort([dx]) if n.name.startswith("recomputed")]
+    assert len(recomputed) == 9  # each tanh once: one extra forward pass
+
+
+def peak(layers, checkpoint):
+    x, weights, loss = tanh_chain(layers)
+    grads = ad.gradients(loss, [x], checkpoint=checkpoint)
+    return memory.plan([loss, *grads], chain_feed(x, weights)).peak_bytes
+
+
+def test_sqrt_checkpointing_shrinks_a_deep_chain_more_than_5x():
+    plain, checkpointed = peak(400, None), peak(400, "sqrt")
+    assert plain >= 5 * checkpointed
+    # Plain: the 400 activations of 32 KiB each. Checkpointed: grows like sqrt(n).
+    assert plain >= 400 * 4096 * 8
+    assert peak(100, "sqrt") * 2.5 > checkpointed > peak(100, "sqrt") * 1.5
+
+
 def measured_peak(executor, feed):
     """Bytes NumPy allocated at most during one run (NumPy reports to tracemalloc)."""
     tracemalloc.start()
@@ -205,10 +260,11 @@ def measured_peak(executor, feed):
         tracemalloc.stop()
 
 
-def test_the_plan_predicts_what_numpy_allocates():
+@pytest.mark.parametrize("checkpoint", [None, "sqrt"])
+def test_the_plan_predicts_what_numpy_allocates(checkpoint):
     x, weights, loss = tanh_chain(30, size=20_000)
     feed = chain_feed(x, weights, size=20_000)
-    outputs = [loss, *ad.gradients(loss, [x])]
+    outputs = [loss, *ad.gradients(loss, [x], checkpoint=checkpoint)]
     p = memory.plan(outputs, feed)
     measured = measured_peak(ad.Executor(outputs, plan=p), feed)
     # The rest is Python's own bookkeeping (a dict of values, array headers): ~1%.
@@ -219,7 +275,7 @@ def test_the_plan_predicts_what_numpy_allocates():
 def test_a_planned_run_on_each_device(device):
     x, weights, loss = tanh_chain(20, size=1000)
     feed = {k: ad.backend.to_device(v, device) for k, v in chain_feed(x, weights, 1000).items()}
-    grads = ad.gradients(loss, [x, *weights])
+    grads = ad.gradients(loss, [x, *weights], checkpoint="sqrt")
     expected = ad.Executor([loss, *grads]).run(feed)
     p = memory.plan([loss, *grads], feed)
     planned = ad.Executor([loss, *grads], plan=p).run(feed)

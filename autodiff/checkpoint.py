@@ -1,0 +1,121 @@
+"""Checkpointing: trading compute for memory in reverse mode.
+
+Reverse mode reads forward values in the backward pass, so a chain of n layers keeps all
+n activations until the backward pass reaches them. Chen et al. (2016, "Training deep
+nets with sublinear memory cost") keep only some of them, the *checkpoints*, and
+recompute each segment between two checkpoints just before its backward pass needs it.
+With about sqrt(n) evenly spaced checkpoints, segments are about sqrt(n) long, so memory
+grows like sqrt(n) (checkpoints plus one segment), for about one extra forward pass.
+
+Here the recomputation is part of the gradient graph: ``gradients(y, wrt,
+checkpoint="sqrt")`` hands each gradient rule recomputed copies of the forward values
+(``Recomputation``), so the graph can be drawn, planned (memory.py) and run as any other.
+
+>>> import autodiff as ad
+>>> x = ad.Variable("x")
+>>> h = x
+>>> for _ in range(16):
+...     h = ad.tanh(h)
+>>> kept = choose_checkpoints(h, "sqrt")       # every 4th of the 16 tanh
+>>> len(kept)
+4
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from .graph import Node, find_topo_sort
+
+
+def longest_chain(topo_order: Sequence[Node]) -> list[Node]:
+    """The longest path of ops through a graph (leaves left out), first op first.
+
+    >>> import autodiff as ad
+    >>> x = ad.Variable("x")
+    >>> [n.name for n in longest_chain(ad.find_topo_sort([ad.exp(ad.sin(x)) + x]))]
+    ['sin', 'exp', 'add']
+    """
+    depth: dict[Node, int] = {}
+    previous: dict[Node, Node | None] = {}
+    for node in topo_order:
+        if node.op.is_leaf:
+            continue
+        inner = [x for x in node.inputs if x in depth]
+        previous[node] = max(inner, key=depth.__getitem__, default=None)
+        depth[node] = 1 + max((depth[x] for x in inner), default=0)
+    chain = []
+    last = max(depth, key=depth.__getitem__, default=None)
+    while last is not None:
+        chain.append(last)
+        last = previous[last]
+    return chain[::-1]
+
+
+def choose_checkpoints(output: Node, checkpoint: str | int | Iterable[Node]) -> set[Node]:
+    """The forward values that checkpointing keeps for the backward pass.
+
+    ``"sqrt"``: about sqrt(n) of them, evenly spaced along the longest chain of n ops;
+    an int k: every k-th op of that chain; a list: those nodes.
+    """
+    topo_order = find_topo_sort([output])
+    if checkpoint == "sqrt" or (isinstance(checkpoint, int) and not isinstance(checkpoint, bool)):
+        chain = longest_chain(topo_order)
+        every = max(1, round(math.sqrt(len(chain)))) if checkpoint == "sqrt" else checkpoint
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"gradients: checkpoint={checkpoint!r}: an int must be >= 1.")
+        return set(chain[every - 1 :: every])
+    if isinstance(checkpoint, str) or not isinstance(checkpoint, Iterable):
+        raise ValueError(
+            f"gradients: checkpoint must be None, 'sqrt', a positive int (every k-th op) "
+            f"or a list of Nodes to keep; got {checkpoint!r}."
+        )
+    chosen = set(checkpoint)
+    in_graph = set(topo_order)
+    for node in chosen:
+        if node not in in_graph:
+            raise ValueError(
+                f"gradients: checkpoint {node!r} is not part of the graph of the output."
+            )
+    return chosen
+
+
+class Recomputation:
+    """Stand-ins for the forward values that checkpointing does not keep.
+
+    A kept node (a checkpoint or a leaf) stands for itself. Any other node is
+    recomputed: a copy of its op applied to the stand-ins of its inputs, so a segment is
+    recomputed from the checkpoint below it. Copies are made when the reverse pass first
+    needs them, so each segment is recomputed just before its backward pass.
+    """
+
+    def __init__(self, kept: set[Node]):
+        self.kept = kept
+        self.copies: dict[Node, Node] = {}
+
+    def value(self, node: Node) -> Node:
+        """``node`` itself if it is kept, else its recomputed copy."""
+        if node.op.is_leaf or node in self.kept:
+            return node
+        return self.copy(node)
+
+    def rule_node(self, node: Node) -> Node:
+        """The node whose gradient rule the reverse pass calls (the rule reads it and its
+        inputs): ``node`` when it and its inputs are kept, else a recomputed copy."""
+        if self.value(node) is node and all(self.value(x) is x for x in node.inputs):
+            return node
+        return self.copy(node)
+
+    def copy(self, node: Node) -> Node:
+        def stops(n: Node) -> bool:
+            return n.op.is_leaf or n in self.copies or (n in self.kept and n is not node)
+
+        # The segment below ``node``, inputs first (a loop, not recursion: segments can
+        # be long).
+        for n in find_topo_sort([node], descend=lambda n: not stops(n)):
+            if not stops(n):
+                inputs = [self.value(x) for x in n.inputs]
+                self.copies[n] = type(n.op).apply(*inputs, **n.attrs)
+                self.copies[n].name = f"recomputed {n.name}"
+        return self.copies[node]
