@@ -8,7 +8,8 @@ graph re-uses forward values; it does not recompute them.
 
 * ``draw(*nodes)``: the forward graph of ``nodes``;
 * ``side_by_side(output, wrt)``: forward and gradient graphs in one picture;
-* ``backward_steps(output, wrt)``: the reverse pass one node at a time (a slider in Jupyter).
+* ``backward_steps(output, wrt)``: the reverse pass one node at a time (a slider in Jupyter);
+* ``draw_levels(*nodes)``: the graph in rows of nodes that could run in parallel.
 
 Each returns a ``Drawing``: Jupyter shows it as SVG, ``.source`` is its DOT text, and
 ``.save("fig.svg")`` writes ``.svg .png .pdf`` or ``.dot`` (see renderer.py for which
@@ -33,6 +34,7 @@ import graphviz
 from . import backend, renderer
 from .gradients import AdjointStep, gradients, recording_steps
 from .graph import Constant, Node, find_topo_sort
+from .memory import levels
 
 INK = "#334155"  # forward graph
 GRADIENT = "#c2410c"  # gradient graph: nodes, edges and text
@@ -171,6 +173,22 @@ def side_by_side(
     scene, _, _ = _gradient_scene(output, wrt)
     scene.caption = title
     return Drawing(_to_dot(scene, "side_by_side", max_nodes, collapse))
+
+
+def draw_levels(*nodes: Node, max_nodes: int = MAX_NODES, title: str | None = None) -> Drawing:
+    """The forward graph in rows: row k holds ``ad.memory.levels(nodes)[k]``, the nodes
+    whose inputs are all in lower rows. Each row could run at once, in parallel; the
+    number of rows is the length of the critical path.
+
+    >>> import autodiff as ad
+    >>> x, y = ad.tensor(3.0, name="x"), ad.tensor(4.0, name="y")
+    >>> draw_levels(ad.sin(x) * ad.cos(y)).source.count('label="level')   # three levels
+    3
+    """
+    if not nodes or not all(isinstance(n, Node) for n in nodes):
+        raise TypeError("draw_levels: pass one or more Nodes, e.g. draw_levels(loss).")
+    scene = _Scene(find_topo_sort(nodes), outputs=list(nodes), caption=title)
+    return Drawing(_to_dot(scene, "draw_levels", max_nodes, False, rows=levels(nodes)))
 
 
 def _gradient_scene(output: Node, wrt: Sequence[Node]) -> tuple[_Scene, list[AdjointStep], Node]:
@@ -382,7 +400,9 @@ def _lines(texts: list[str]) -> str:
 # DOT ------------------------------------------------------------------------------------
 
 
-def _to_dot(scene: _Scene, function: str, max_nodes: int, collapse: bool) -> str:
+def _to_dot(
+    scene: _Scene, function: str, max_nodes: int, collapse: bool, rows: list | None = None
+) -> str:
     ids = {node: f"n{i}" for i, node in enumerate(scene.forward + scene.gradient)}
     keep = set(scene.outputs) | set(scene.results)
     folded = {}
@@ -412,6 +432,8 @@ def _to_dot(scene: _Scene, function: str, max_nodes: int, collapse: bool) -> str
         drawer.add_cross_links(graph)
     else:
         drawer.add_forward(graph)
+    if rows:
+        drawer.add_rows(graph, rows)
     return graph.source
 
 
@@ -471,6 +493,20 @@ class _Drawer:
             row.attr(rank="same")
             for node_id in node_ids:
                 row.node(node_id)
+
+    def add_rows(self, graph: graphviz.Digraph, rows: list[list[Node]]) -> None:
+        """One row (rank) per group of nodes, labelled "level k" on the left."""
+        previous = None
+        for k, group in enumerate(rows):
+            label = f"level{k}"
+            with graph.subgraph() as row:
+                row.attr(rank="same")
+                row.node(label, label=f"level {k}", shape="plaintext", fontcolor=CROSS)
+                for node in group:
+                    row.node(self.id(node))
+            if previous is not None:
+                graph.edge(previous, label, style="invis")
+            previous = label
 
     def add_cross_links(self, graph: graphviz.Digraph) -> None:
         in_forward = set(self.scene.forward)

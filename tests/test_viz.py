@@ -250,3 +250,12 @@ def test_a_notebook_cell_shows_svg():
     assert "<svg" in drawing["data"]["image/svg+xml"]
     slider = notebook.cells[2].outputs[0]["data"]
     assert "application/vnd.jupyter.widget-view+json" in slider
+
+
+def test_draw_levels_puts_each_level_in_one_row():
+    x, y = ad.tensor(3.0, name="x"), ad.tensor(4.0, name="y")
+    out = ad.sin(x) * ad.cos(y) + x
+    source = ad.viz.draw_levels(out).source
+    rows = [block for block in source.split("{")[1:] if 'label="level' in block]
+    assert len(rows) == len(ad.memory.levels(out)) == 4
+    assert "n1" in rows[1] and "n3" in rows[1]  # sin and cos side by side
