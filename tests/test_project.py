@@ -4,6 +4,7 @@ import pathlib
 import re
 import tomllib
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -79,3 +80,15 @@ def test_the_readme_training_example_runs():
         > 0.95
     )
     assert len(namespace["history"].epoch_loss) == 10
+
+
+def test_the_readme_memory_example_runs(capsys):
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Memory: planning, checkpointing, parallel levels", 1)[1]
+    code = section.split("```python", 1)[1].split("```")[0]
+    namespace = {}
+    exec(compile(code, "README.md (memory)", "exec"), namespace)
+    assert namespace["plain"].peak_bytes > 9 * namespace["planned"].peak_bytes
+    assert "in place over step" in capsys.readouterr().out
+    plain_value = namespace["ad"].evaluate(namespace["dx"], namespace["feed"])
+    assert np.array_equal(namespace["grad"], plain_value)
