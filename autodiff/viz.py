@@ -495,7 +495,7 @@ class _Drawer:
                 row.node(node_id)
 
     def add_rows(self, graph: graphviz.Digraph, rows: list[list[Node]]) -> None:
-        """One row (rank) per group of nodes, labelled "level k" on the left."""
+        """One row (rank) per group of nodes, labelled "level k" beside it."""
         previous = None
         for k, group in enumerate(rows):
             label = f"level{k}"
