@@ -19,6 +19,8 @@ from . import (
     numerical,
     ops,
     optim,
+    passes,
+    static_shapes,
     symbolic,
     viz,
 )
@@ -72,6 +74,8 @@ __all__ = [
     "numerical",
     "ops",
     "optim",
+    "passes",
+    "static_shapes",
     "symbolic",
     "tensor",
     "value_and_grad",

@@ -11,8 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import backend
-from .graph import Constant, Node, Placeholder, ShapeError, find_topo_sort
+from . import backend, passes
+from .graph import (
+    Constant,
+    Node,
+    Placeholder,
+    ShapeError,
+    TensorLeaf,
+    describe,
+    find_topo_sort,
+)
+from .passes import OptimizeReport
 
 Step = tuple[Node, list[int], list[int]]  # node, input slots, slots to free after it
 
@@ -71,19 +80,31 @@ class Executor:
     its last consumer has run. ``feed_dict`` maps nodes (or their names) to arrays and may
     override any leaf: this is how one graph is run on many inputs.
 
+    ``optimize=True`` runs a smaller graph with the same values, made by the graph
+    passes (``autodiff.passes.optimize``; ``optimize_report`` says what they did). That
+    graph is specialised to the shapes and dtypes of its tensors, and only placeholders
+    and tensors may be fed to it.
+
     >>> import autodiff as ad
     >>> x = ad.Variable("x")
     >>> [float(v) for v in Executor([x * x, x + 1]).run({x: 3.0})]
     [9.0, 4.0]
     """
 
-    def __init__(self, nodes: Node | Sequence[Node]):
+    def __init__(self, nodes: Node | Sequence[Node], *, optimize: bool = False):
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         for node in self.nodes:
             if not isinstance(node, Node):
                 raise TypeError(f"Executor takes Nodes, got {type(node).__name__}: {node!r}")
-        self.topo_order = find_topo_sort(self.nodes)
-        self._steps, self._slot = schedule(self.topo_order, set(self.nodes))
+        self.optimize_report: OptimizeReport | None = None
+        self._run_nodes = self.nodes
+        if optimize:
+            self._run_nodes, self.optimize_report = passes.optimize(self.nodes)
+        self.topo_order = find_topo_sort(self._run_nodes)
+        self._steps, self._slot = schedule(self.topo_order, set(self._run_nodes))
+        # Feeds name leaves of the graph asked for, which optimising may have removed.
+        graph = find_topo_sort(self.nodes) if optimize else self.topo_order
+        self._leaves = [node for node in graph if node.op.is_leaf]
 
     def run(self, feed_dict: dict | None = None) -> list:
         feeds = self._feed_values(feed_dict or {})
@@ -97,17 +118,26 @@ class Executor:
             if node in slot:
                 values[slot[node]] = value
         run_schedule(steps, values)
-        return [values[slot[node]] for node in self.nodes]
+        results = [values[slot[node]] for node in self._run_nodes]
+        if self.optimize_report is not None:
+            results = [
+                _own_copy(v, new, old)
+                for v, new, old in zip(results, self._run_nodes, self.nodes, strict=True)
+            ]
+        return results
 
     def _feed_values(self, feed_dict: dict) -> dict:
         by_name: dict[str, list[Node]] = {}
-        for node in self.topo_order:
-            if node.op.is_leaf and not isinstance(node.op, Constant):
+        for node in self._leaves:
+            if not isinstance(node.op, Constant):
                 by_name.setdefault(node.name, []).append(node)
-        return {
+        feeds = {
             _resolve(key, by_name): _check_feed(key, data, by_name)
             for key, data in feed_dict.items()
         }
+        if self.optimize_report is not None:
+            feeds = {node: _check_optimized_feed(node, value) for node, value in feeds.items()}
+        return feeds
 
 
 def _resolve(key, by_name: dict[str, list[Node]]) -> Node:
@@ -147,6 +177,37 @@ def _check_feed(key, data, by_name) -> Any:
                 f"the placeholder with None for dimensions that vary."
             )
     return value
+
+
+def _check_optimized_feed(node: Node, value: Any) -> Any:
+    """A feed that the optimised graph can take: placeholders, and tensors of the shape
+    and dtype the graph was specialised to (static_shapes.py)."""
+    if isinstance(node.op, Placeholder):
+        return value
+    if isinstance(node.op, TensorLeaf):
+        expected: Any = node.value
+        if backend.is_weak_scalar(value):  # a Python number takes the tensor's dtype
+            value = backend.asarray(value, expected.dtype, backend.device_of(expected))
+        if tuple(value.shape) == tuple(expected.shape) and value.dtype == expected.dtype:
+            return value
+        raise ValueError(
+            f"Executor(optimize=True) optimised the graph for tensor '{node.name}' as "
+            f"{describe(expected)}, but it was fed {describe(value)}. Feed a matching "
+            f"array, use an ad.Variable (shape=None for axes that vary), or optimize=False."
+        )
+    raise ValueError(
+        f"Executor(optimize=True) cannot feed '{node.name}' ({node.op.name}): the optimised "
+        f"graph may have folded or merged it. Feed placeholders and tensors only, or build "
+        f"the Executor with optimize=False to override constants and intermediate nodes."
+    )
+
+
+def _own_copy(value: Any, new: Node, old: Node) -> Any:
+    # An output that optimising turned into a leaf would hand out the leaf's own array,
+    # which the caller might change in place (p -= lr * grad): give a copy instead.
+    if new is old or not new.op.is_leaf or backend.is_weak_scalar(value):
+        return value
+    return value.copy()
 
 
 def evaluate(nodes: Node | Sequence[Node], feed_dict: dict | None = None):
