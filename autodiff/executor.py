@@ -105,6 +105,13 @@ class Executor:
         # Feeds name leaves of the graph asked for, which optimising may have removed.
         graph = find_topo_sort(self.nodes) if optimize else self.topo_order
         self._leaves = [node for node in graph if node.op.is_leaf]
+        # An output that optimising turned into a leaf would hand out the leaf's own
+        # array, which the caller may change in place (p -= lr * grad): copy those.
+        self._copied_outputs = [
+            i
+            for i, (new, old) in enumerate(zip(self._run_nodes, self.nodes, strict=True))
+            if new is not old and new.op.is_leaf
+        ]
 
     def run(self, feed_dict: dict | None = None) -> list:
         feeds = self._feed_values(feed_dict or {})
@@ -119,11 +126,8 @@ class Executor:
                 values[slot[node]] = value
         run_schedule(steps, values)
         results = [values[slot[node]] for node in self._run_nodes]
-        if self.optimize_report is not None:
-            results = [
-                _own_copy(v, new, old)
-                for v, new, old in zip(results, self._run_nodes, self.nodes, strict=True)
-            ]
+        for i in self._copied_outputs:
+            results[i] = _copy_of(results[i])
         return results
 
     def _feed_values(self, feed_dict: dict) -> dict:
@@ -202,12 +206,8 @@ def _check_optimized_feed(node: Node, value: Any) -> Any:
     )
 
 
-def _own_copy(value: Any, new: Node, old: Node) -> Any:
-    # An output that optimising turned into a leaf would hand out the leaf's own array,
-    # which the caller might change in place (p -= lr * grad): give a copy instead.
-    if new is old or not new.op.is_leaf or backend.is_weak_scalar(value):
-        return value
-    return value.copy()
+def _copy_of(value: Any) -> Any:
+    return value if backend.is_weak_scalar(value) else value.copy()
 
 
 def evaluate(nodes: Node | Sequence[Node], feed_dict: dict | None = None):
