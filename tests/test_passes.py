@@ -1,6 +1,8 @@
 """Graph passes: readable examples of each rewrite, then properties on random graphs
 (values, gradients and dtypes unchanged, the input graph untouched, a fixed point)."""
 
+import pathlib
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -221,6 +223,17 @@ def test_reports_print_as_tables():
     assert text.splitlines()[-1].split()[-2:] == ["7", "1"]
     assert report._repr_html_().startswith("<table>")
     assert "<td>simplify_algebra</td>" in report.passes[1]._repr_html_()
+
+
+def test_the_readme_example_runs():
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Graph optimisation", 1)[1]
+    code = section.split("```python", 1)[1].split("```")[0]
+    namespace = {}
+    exec(compile(code, "README.md (graph optimisation)", "exec"), namespace)
+    assert namespace["report"].nodes_after == 4
+    assert namespace["dx_value"] == pytest.approx(4 + np.cos(3.0))
+    assert namespace["dy_value"] == 3.0
 
 
 @pytest.mark.parametrize("a_pass", PASSES, ids=lambda p: p.__name__)
