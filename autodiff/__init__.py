@@ -21,6 +21,8 @@ from . import (
     numerical,
     ops,
     optim,
+    passes,
+    static_shapes,
     symbolic,
     viz,
 )
@@ -76,6 +78,8 @@ __all__ = [
     "numerical",
     "ops",
     "optim",
+    "passes",
+    "static_shapes",
     "symbolic",
     "tensor",
     "value_and_grad",

@@ -11,8 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import backend
-from .graph import Constant, Node, Placeholder, ShapeError, find_topo_sort
+from . import backend, passes
+from .graph import (
+    Constant,
+    Node,
+    Placeholder,
+    ShapeError,
+    TensorLeaf,
+    describe,
+    find_topo_sort,
+)
+from .passes import OptimizeReport
 
 if TYPE_CHECKING:
     from .memory import MemoryPlan
@@ -77,19 +86,52 @@ class Executor:
     ``plan`` (from ``ad.memory.plan``) runs the graph with that memory plan instead:
     in its order, writing each value into its planned buffer.
 
+    ``optimize=True`` runs a smaller graph with the same values, made by the graph
+    passes (``autodiff.passes.optimize``; ``optimize_report`` says what they did). That
+    graph is specialised to the shapes and dtypes of its tensors, and only placeholders
+    and tensors may be fed to it. To plan an optimized graph, optimize first and plan
+    the result: ``small, _ = passes.optimize(nodes)``, then
+    ``Executor(small, plan=memory.plan(small, feed))``.
+
     >>> import autodiff as ad
     >>> x = ad.Variable("x")
     >>> [float(v) for v in Executor([x * x, x + 1]).run({x: 3.0})]
     [9.0, 4.0]
     """
 
-    def __init__(self, nodes: Node | Sequence[Node], plan: MemoryPlan | None = None):
+    def __init__(
+        self,
+        nodes: Node | Sequence[Node],
+        plan: MemoryPlan | None = None,
+        *,
+        optimize: bool = False,
+    ):
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         for node in self.nodes:
             if not isinstance(node, Node):
                 raise TypeError(f"Executor takes Nodes, got {type(node).__name__}: {node!r}")
-        self.topo_order = find_topo_sort(self.nodes)
-        self._steps, self._slot = schedule(self.topo_order, set(self.nodes))
+        if plan is not None and optimize:
+            raise ValueError(
+                "Executor: plan= and optimize=True together would plan one graph and run "
+                "another. Optimize first, then plan the result: small, _ = "
+                "ad.passes.optimize(nodes); Executor(small, plan=ad.memory.plan(small, feed))"
+            )
+        self.optimize_report: OptimizeReport | None = None
+        self._run_nodes = self.nodes
+        if optimize:
+            self._run_nodes, self.optimize_report = passes.optimize(self.nodes)
+        self.topo_order = find_topo_sort(self._run_nodes)
+        self._steps, self._slot = schedule(self.topo_order, set(self._run_nodes))
+        # Feeds name leaves of the graph asked for, which optimising may have removed.
+        graph = find_topo_sort(self.nodes) if optimize else self.topo_order
+        self._leaves = [node for node in graph if node.op.is_leaf]
+        # An output that optimising turned into a leaf would hand out the leaf's own
+        # array, which the caller may change in place (p -= lr * grad): copy those.
+        self._copied_outputs = [
+            i
+            for i, (new, old) in enumerate(zip(self._run_nodes, self.nodes, strict=True))
+            if new is not old and new.op.is_leaf
+        ]
         self.plan = plan
         if plan is not None:
             plan.check_outputs(self.nodes)
@@ -108,17 +150,23 @@ class Executor:
             if node in slot:
                 values[slot[node]] = value
         run_schedule(steps, values)
-        return [values[slot[node]] for node in self.nodes]
+        results = [values[slot[node]] for node in self._run_nodes]
+        for i in self._copied_outputs:
+            results[i] = _copy_of(results[i])
+        return results
 
     def _feed_values(self, feed_dict: dict) -> dict:
         by_name: dict[str, list[Node]] = {}
-        for node in self.topo_order:
-            if node.op.is_leaf and not isinstance(node.op, Constant):
+        for node in self._leaves:
+            if not isinstance(node.op, Constant):
                 by_name.setdefault(node.name, []).append(node)
-        return {
+        feeds = {
             _resolve(key, by_name): _check_feed(key, data, by_name)
             for key, data in feed_dict.items()
         }
+        if self.optimize_report is not None:
+            feeds = {node: _check_optimized_feed(node, value) for node, value in feeds.items()}
+        return feeds
 
 
 def _resolve(key, by_name: dict[str, list[Node]]) -> Node:
@@ -158,6 +206,33 @@ def _check_feed(key, data, by_name) -> Any:
                 f"the placeholder with None for dimensions that vary."
             )
     return value
+
+
+def _check_optimized_feed(node: Node, value: Any) -> Any:
+    """A feed that the optimised graph can take: placeholders, and tensors of the shape
+    and dtype the graph was specialised to (static_shapes.py)."""
+    if isinstance(node.op, Placeholder):
+        return value
+    if isinstance(node.op, TensorLeaf):
+        expected: Any = node.value
+        if backend.is_weak_scalar(value):  # a Python number takes the tensor's dtype
+            value = backend.asarray(value, expected.dtype, backend.device_of(expected))
+        if tuple(value.shape) == tuple(expected.shape) and value.dtype == expected.dtype:
+            return value
+        raise ValueError(
+            f"Executor(optimize=True) optimised the graph for tensor '{node.name}' as "
+            f"{describe(expected)}, but it was fed {describe(value)}. Feed a matching "
+            f"array, use an ad.Variable (shape=None for axes that vary), or optimize=False."
+        )
+    raise ValueError(
+        f"Executor(optimize=True) cannot feed '{node.name}' ({node.op.name}): the optimised "
+        f"graph may have folded or merged it. Feed placeholders and tensors only, or build "
+        f"the Executor with optimize=False to override constants and intermediate nodes."
+    )
+
+
+def _copy_of(value: Any) -> Any:
+    return value if backend.is_weak_scalar(value) else value.copy()
 
 
 def evaluate(nodes: Node | Sequence[Node], feed_dict: dict | None = None):

@@ -439,3 +439,110 @@ def chains(draw, max_layers=12):
         }[layer](h, w)
     loss = h.sum()
     return Graph([loss], feed, ad.find_topo_sort([loss])), leaves
+
+
+# -- random graphs (for the graph passes) ---------------------------------------------------
+
+# Every leaf has one of these shapes, so any two values broadcast (to at most (2, 3)).
+GRAPH_SHAPES = [(), (3,), (1, 3), (2, 1), (2, 3)]
+
+GRAPH_UNARY = {
+    "negative": ad.negative,
+    "sin": ad.sin,
+    "cos": ad.cos,
+    "tanh": ad.tanh,
+    "sigmoid": ad.sigmoid,
+    "square": lambda a: a**2,
+    "power 1": lambda a: a**1,
+    "ones_like": ad.ones_like,
+    "zeros_like": ad.zeros_like,
+    "sum": ad.sum,
+}
+GRAPH_ARITHMETIC = {"add": ad.add, "subtract": ad.subtract, "multiply": ad.multiply}
+GRAPH_SHAPING = {  # written as gradient graphs use them, so that the shapes always fit
+    "sum_to_like": lambda a, b: ad.sum_to_like(a * b, a),
+    "broadcast_like": lambda a, b: ad.broadcast_like(a, a + b),
+    "reshape_like": lambda a, b: ad.reshape_like(a, a),
+}
+NUMBERS = [0, 1, 0.0, 1.0, -1.0, 2.0, 0.5]  # Python numbers, as in x * 1 or x + 0
+
+
+class RandomGraph:
+    def __init__(self, outputs, wrt, feed):
+        self.outputs = outputs  # Nodes
+        self.wrt = wrt  # the leaves that may be differentiated: placeholders and tensors
+        self.feed = feed  # a value for every placeholder
+
+    def __repr__(self):  # what hypothesis prints for a failing example
+        order = ad.find_topo_sort(self.outputs)
+        index = {node: i for i, node in enumerate(order)}
+        lines = []
+        for i, node in enumerate(order):
+            inputs = ", ".join(f"%{index[x]}" for x in node.inputs)
+            shown = node.value if node.op.name == "constant" else node.attrs or ""
+            lines.append(f"%{i} = {node.op.name} {node.name}({inputs}) {shown}")
+        return (
+            "RandomGraph(\n  "
+            + "\n  ".join(lines)
+            + f"\n  outputs {[index[o] for o in self.outputs]})"
+        )
+
+
+@st.composite
+def graph_leaf(draw, index, dtype):
+    """A placeholder (shape declared, partly declared or not at all) or a tensor."""
+    shape = draw(st.sampled_from(GRAPH_SHAPES))
+    value = draw(arrays(shape, floats(-1, 1))).astype(dtype)
+    kind = draw(st.sampled_from(["declared", "batch axis unknown", "undeclared", "tensor"]))
+    name = f"x{index}"
+    if kind == "tensor":
+        return ad.tensor(value, name=name), None
+    if kind == "declared":
+        return ad.Variable(name, shape, dtype), value
+    if kind == "batch axis unknown" and shape:
+        return ad.Variable(name, (None, *shape[1:]), dtype), value
+    return ad.Variable(name), value
+
+
+@st.composite
+def graph_constant(draw, dtype, mixed_dtypes):
+    """A small array constant of zeros, ones or other numbers."""
+    shape = draw(st.sampled_from(GRAPH_SHAPES))
+    fill = draw(st.sampled_from(["zeros", "ones", "random"]))
+    values = {"zeros": np.zeros(shape), "ones": np.ones(shape)}
+    value = values.get(fill, draw(arrays(shape, floats(-1, 1))))
+    dtypes = [dtype, dtype, "float64"] if mixed_dtypes else [dtype]
+    return ad.constant(value.astype(draw(st.sampled_from(dtypes))))
+
+
+@st.composite
+def random_graphs(draw, dtype="float64", mixed_dtypes=True, max_ops=10):
+    """A random expression DAG over 1-3 leaves, array constants and Python numbers.
+
+    Nodes are reused (shared subexpressions), some expressions are built twice (for
+    CSE), and only one or two nodes are outputs (the rest is dead). With
+    ``mixed_dtypes``, some constants are float64 whatever ``dtype`` is, so that dtype
+    promotion is exercised too.
+    """
+    leaves = [draw(graph_leaf(i, dtype)) for i in range(draw(st.integers(1, 3)))]
+    nodes = [leaf for leaf, _ in leaves]
+    nodes += [draw(graph_constant(dtype, mixed_dtypes)) for _ in range(draw(st.integers(0, 2)))]
+    for _ in range(draw(st.integers(1, max_ops))):
+        pick = st.sampled_from(nodes)
+        action = draw(st.sampled_from(["unary", "arithmetic", "arithmetic", "shaping", "again"]))
+        if action == "unary":
+            nodes.append(GRAPH_UNARY[draw(st.sampled_from(sorted(GRAPH_UNARY)))](draw(pick)))
+        elif action == "arithmetic":
+            op = GRAPH_ARITHMETIC[draw(st.sampled_from(sorted(GRAPH_ARITHMETIC)))]
+            a, b = draw(pick), draw(pick | st.sampled_from(NUMBERS))
+            nodes.append(op(a, b) if draw(st.booleans()) else op(b, a))
+        elif action == "shaping":
+            op = GRAPH_SHAPING[draw(st.sampled_from(sorted(GRAPH_SHAPING)))]
+            nodes.append(op(draw(pick), draw(pick)))
+        else:  # the same expression again: a common subexpression
+            node = draw(pick)
+            if not node.op.is_leaf:
+                nodes.append(type(node.op).apply(*node.inputs, **node.attrs))
+    outputs = [nodes[-1]] + draw(st.lists(st.sampled_from(nodes), max_size=1))
+    wrt = [leaf for leaf, _ in leaves]
+    return RandomGraph(outputs, wrt, {leaf: v for leaf, v in leaves if v is not None})
