@@ -206,8 +206,8 @@ def gradients(
             if checkpoint is not None:
                 recompute = Recomputation(choose_checkpoints(output, checkpoint))
             grads = _reverse_pass(output, wrt, output_grad, recompute)
-        if imperative:
-            fill_values(grads, built)
+        if imperative:  # a placeholder the output does not need keeps a symbolic zeros_like
+            fill_values([g for g, x in zip(grads, wrt, strict=True) if x.value is not None], built)
     return grads
 
 

@@ -234,3 +234,11 @@ def test_gradients_leave_the_garbage_collector_as_they_found_it():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_imperative_gradient_wrt_an_unused_placeholder_is_symbolic_zeros():
+    x, p = ad.tensor(2.0, name="x"), ad.Variable("p")
+    dx, dp = ad.gradients(x * x, [x, p])
+    assert float(dx.value) == 4.0
+    assert dp.value is None  # p has no value yet: its zeros come when it is fed
+    np.testing.assert_array_equal(ad.evaluate(dp, {p: np.ones((2, 3))}), np.zeros((2, 3)))
