@@ -8,7 +8,7 @@ lecture compares it with the same loss composed of fine ops
 
 from __future__ import annotations
 
-from ..backend import namespace
+from ..backend import is_floating, namespace, result_dtype
 from ..graph import DTypeError, Node, Op, ShapeError, Spec
 from .reductions import count, log_softmax, logsumexp_values, softmax, sum
 from .shape import shape_of
@@ -96,7 +96,9 @@ class SoftmaxCrossEntropy(Op):
         return -(labels * log_probs).sum() / rows
 
     def infer(self, logits, labels):
-        return Spec((), logits.dtype)
+        if is_floating(labels.dtype):  # probabilities meet the log-probabilities
+            return Spec((), result_dtype(logits.dtype, labels.dtype))
+        return Spec((), logits.dtype)  # class indices pick log-probabilities
 
     def gradient(self, node, output_grad):
         logits, labels = node.inputs
