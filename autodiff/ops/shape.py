@@ -44,7 +44,9 @@ def _reshaped(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...
     size = math.prod(shape)
     if -1 in target:
         known = math.prod(d for d in target if d != -1)
-        target = tuple(size // known if d == -1 and known else d for d in target)
+        if known == 0:  # any length would fit the -1: NumPy refuses too
+            raise ShapeError(f"reshape: the -1 in {target} is ambiguous for shape {shape}.")
+        target = tuple(size // known if d == -1 else d for d in target)
     if math.prod(target) != size:
         raise ShapeError(f"reshape: cannot reshape shape {shape} ({size} elements) into {target}.")
     return target
