@@ -202,12 +202,14 @@ class Spec(NamedTuple):
 
     ``dtype`` is None for a Python number. ``view`` is True when an op's output shares
     the memory of its first input (a reshape, a transpose): it costs no new bytes.
+    Memory planning gives shape rules plain shapes and dtypes; graph passes give them
+    symbols for what is not known yet (static_shapes.py).
 
     >>> Spec((2, 3), "float64")
     Spec(shape=(2, 3), dtype='float64', view=False)
     """
 
-    shape: tuple[int, ...]
+    shape: Any  # tuple[int, ...] when concrete
     dtype: Any
     view: bool = False
 
@@ -232,6 +234,9 @@ class Op:
       written with ops; ``None`` means a zero tangent;
     * ``infer(*input_specs, **attrs)``: the shape rule, the output's ``Spec`` (shape,
       dtype, whether it is a view of input 0) from the inputs' Specs, with no data.
+      Memory planning (memory.py) and graph passes (static_shapes.py) both use it;
+      the second passes symbols for unknown lengths, shapes and dtypes, so rules
+      combine shapes with the helpers of static_shapes.py (``broadcast_shapes``...).
 
     ``compute`` may take an ``out=`` buffer to write its result into (memory.py plans
     these buffers); ``in_place = True`` says the output may overwrite an input of its

@@ -4,7 +4,8 @@ A pass may replace ``x * 1`` by ``x`` only if the product has the shape and dtyp
 ``x``: multiplying by an array of ones of a bigger shape broadcasts ``x``, and
 multiplying a float32 ``x`` by a float64 one upcasts it. So the passes (passes.py) first
 *infer* each node's signature, its shape and dtype, from the leaves, one op at a time,
-as shape inference does in TensorFlow or XLA. Known are
+as shape inference does in TensorFlow or XLA. Each step is the op's own shape rule,
+``Op.infer``, the one that memory planning (memory.py) runs on concrete shapes. Known are
 
 * constants and tensors: their values' shapes and dtypes. A graph optimised with this
   knowledge is *specialised* to them: ``Executor(optimize=True)`` refuses a tensor fed
@@ -14,21 +15,31 @@ as shape inference does in TensorFlow or XLA. Known are
   ("the shape of x"), so ``sin(x)`` is known to have the shape of ``x`` even when nobody
   knows what that is.
 
-Two signatures that compare equal are equal in every run (for a graph that runs without
-error); signatures that differ may still turn out equal. Passes only act on equality.
+A shape rule passes such symbols on, and says ``UNKNOWN`` for an axis, a shape or a
+dtype it cannot tell; ``Signatures`` then names it after the node ("axis 1 of y").
+The helpers below (``same``, ``broadcast_shapes``, ``result_dtype``) are NumPy's rules
+extended to symbols: two signatures that compare equal are equal in every run (for a
+graph that runs without error); signatures that differ may still turn out equal.
+Passes only act on equality.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from . import backend
-from .graph import Node, Placeholder, find_topo_sort
-from .ops import elementwise, linalg, losses, reductions, shape
+from .graph import Node, Placeholder, Spec, find_topo_sort
 
-WEAK = "Python number"  # the dtype of a weak scalar: it takes the dtype of the array it meets
+
+class Unknown:
+    """What a shape rule cannot tell before running: an axis, a shape or a dtype."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = Unknown()
 
 
 @dataclass(frozen=True)
@@ -42,12 +53,99 @@ class Dim:
         return f"{self.node.name}.shape[{self.axis}]"
 
 
-def _same(a: Any, b: Any) -> bool:
-    # A Node stands for "whatever this node's shape (or dtype) is": equal only to itself.
-    # (NumPy would compare a dtype with a Node by reading the Node's .dtype.)
-    if isinstance(a, Node) or isinstance(b, Node) or a is WEAK or b is WEAK:
+def is_symbol(x: Any) -> bool:
+    """True for a length, shape or dtype known only by name (a Dim, a Node, UNKNOWN)."""
+    return isinstance(x, (Dim, Node, Unknown))
+
+
+def has_rank(shape: Any) -> bool:
+    """True when the number of axes is known (a tuple, possibly holding Dims)."""
+    return isinstance(shape, tuple)
+
+
+def is_static(shape: Any) -> bool:
+    """True for a shape of plain numbers: no symbol anywhere."""
+    return has_rank(shape) and not any(is_symbol(d) for d in shape)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether two lengths, shapes or dtypes are provably equal.
+
+    A Node stands for "whatever this node's shape (or dtype) is", None for the dtype of
+    a Python number: each equals only itself. (NumPy would compare a dtype with a Node by
+    reading the Node's .dtype, and finds ``np.dtype('float64') == None``.)
+
+    >>> same((2, 3), (2, 3)), same(UNKNOWN, 3)
+    (True, False)
+    """
+    if a is None or b is None or isinstance(a, (Node, Unknown)) or isinstance(b, (Node, Unknown)):
         return a is b
-    return a == b
+    return bool(a == b)
+
+
+# NumPy's rules, extended to symbols -----------------------------------------------------------
+
+
+def broadcast_shapes(*shapes: Any) -> Any:
+    """The shape that values of these shapes broadcast to, as NumPy's rule says.
+
+    Plain shapes go to NumPy (a ValueError if they do not fit). With symbols: equal
+    lengths stay, 1 stretches, and a length n meets a symbol that must be n or 1.
+
+    >>> broadcast_shapes((3, 1), (4,)), broadcast_shapes((UNKNOWN, 3), (1,))
+    ((3, 4), (UNKNOWN, 3))
+    """
+    if all(is_static(shape) for shape in shapes):
+        return backend.broadcast_shapes(*shapes)
+    result = shapes[0]
+    for shape in shapes[1:]:
+        result = _broadcast_two(result, shape)
+    return result
+
+
+def _broadcast_two(a: Any, b: Any) -> Any:
+    if same(a, b) or b == ():
+        return a
+    if a == ():
+        return b
+    if not (has_rank(a) and has_rank(b)):
+        return UNKNOWN  # ranks unknown: nothing to line up
+    ndim = max(len(a), len(b))
+    a, b = (1,) * (ndim - len(a)) + a, (1,) * (ndim - len(b)) + b
+    return tuple(_broadcast_dims(d, e) for d, e in zip(a, b, strict=True))
+
+
+def _broadcast_dims(d: Any, e: Any) -> Any:
+    if same(d, e) or e == 1:
+        return d
+    if d == 1:
+        return e
+    if not is_symbol(d) and not is_symbol(e):
+        raise ValueError(f"cannot broadcast lengths {d} and {e}")
+    if not is_symbol(d):
+        return d  # e must be d or 1 for the op to run: either way the result is d
+    if not is_symbol(e):
+        return e
+    return UNKNOWN
+
+
+def result_dtype(*dtypes: Any) -> Any:
+    """The dtype NumPy gives when combining these (NEP 50 promotion).
+
+    None stands for a Python number, which takes the dtype of the array it meets; None
+    if all are Python numbers. A symbol combined with another dtype is UNKNOWN.
+    """
+    strong = [d for d in dtypes if d is not None]
+    if not strong:
+        return None
+    if all(same(d, strong[0]) for d in strong[1:]):
+        return strong[0]
+    if any(is_symbol(d) for d in strong):
+        return UNKNOWN
+    return backend.result_dtype(*strong)
+
+
+# Signatures: the shape rules run over a graph -----------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,7 +153,7 @@ class Signature:
     """A node's shape and dtype as far as they are known statically.
 
     ``shape``: a tuple of ints and ``Dim`` symbols, or a Node (the same shape as that
-    node, rank unknown). ``dtype``: a dtype, ``WEAK`` (a Python number), or a Node.
+    node, rank unknown). ``dtype``: a dtype, None (a Python number), or a Node.
 
     >>> import autodiff as ad
     >>> x = ad.Variable("x", shape=(None, 3), dtype="float32")
@@ -69,8 +167,8 @@ class Signature:
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, Signature)
-            and _same(self.shape, other.shape)
-            and _same(self.dtype, other.dtype)
+            and same(self.shape, other.shape)
+            and same(self.dtype, other.dtype)
         )
 
     __hash__ = None  # type: ignore[assignment]  # equality is by meaning, not for dict keys
@@ -78,8 +176,7 @@ class Signature:
     @property
     def is_static(self) -> bool:
         """True when shape and dtype are fully known (plain ints and a real dtype)."""
-        dims_known = isinstance(self.shape, tuple) and all(type(d) is int for d in self.shape)
-        return dims_known and not isinstance(self.dtype, Node) and self.dtype is not WEAK
+        return is_static(self.shape) and self.dtype is not None and not is_symbol(self.dtype)
 
 
 class Signatures:
@@ -104,194 +201,39 @@ class Signatures:
 
 
 def infer(node: Node, inputs: list[Signature]) -> Signature:
-    """The signature of ``node`` from those of its inputs, by its op's rule."""
+    """The signature of ``node`` from those of its inputs, by its op's shape rule."""
     if node.op.is_leaf:
         return leaf_signature(node)
-    rule = RULES.get(type(node.op))
-    if rule is None:  # an op without a rule: known to equal only itself
+    try:
+        spec = node.op.infer(*[Spec(x.shape, x.dtype) for x in inputs], **node.attrs)
+    except (NotImplementedError, ValueError, IndexError, ZeroDivisionError):
+        # No rule, or inputs that do not fit (the graph fails when it runs): known to
+        # equal only itself.
         return Signature(node, node)
-    return rule(node, *inputs)
+    return named(spec, node)
+
+
+def named(spec: Spec, node: Node) -> Signature:
+    """``spec`` with what the rule could not tell named after ``node``."""
+    shape = spec.shape
+    if shape is UNKNOWN:
+        shape = node
+    elif has_rank(shape):
+        shape = tuple(Dim(node, i) if d is UNKNOWN else d for i, d in enumerate(shape))
+    # An op on Python numbers alone gives a number (x + 1) or a float64 scalar (exp):
+    # not worth tracking which.
+    dtype = node if spec.dtype is None or spec.dtype is UNKNOWN else spec.dtype
+    return Signature(shape, dtype)
 
 
 def leaf_signature(node: Node) -> Signature:
     if not isinstance(node.op, Placeholder) and node.value is not None:
         value = node.value
         if backend.is_weak_scalar(value):
-            return Signature((), WEAK)
+            return Signature((), None)
         return Signature(tuple(value.shape), value.dtype)
     declared, dtype = node.attrs.get("shape"), node.attrs.get("dtype")
     if declared is None:
         return Signature(node, node if dtype is None else dtype)
     dims = tuple(Dim(node, i) if d is None else d for i, d in enumerate(declared))
     return Signature(dims, node if dtype is None else dtype)
-
-
-# Combining shapes and dtypes ------------------------------------------------------------
-
-
-def broadcast_dims(a: Any, b: Any, unknown: Dim) -> Any:
-    """One axis of a broadcast: equal lengths stay, 1 stretches, a length n meets n or 1."""
-    if _same(a, b) or b == 1:
-        return a
-    if a == 1:
-        return b
-    if type(a) is int and isinstance(b, Dim):
-        return a  # b must be a or 1 for the op to run: either way the result is a
-    if type(b) is int and isinstance(a, Dim):
-        return b
-    return unknown
-
-
-def broadcast_shapes(a: Any, b: Any, node: Node) -> Any:
-    """The shape of ``node``, which broadcasts shapes ``a`` and ``b`` as NumPy does."""
-    if _same(a, b) or b == ():
-        return a
-    if a == ():
-        return b
-    if isinstance(a, Node) or isinstance(b, Node):
-        return node  # ranks unknown: nothing to line up
-    ndim = max(len(a), len(b))
-    a, b = (1,) * (ndim - len(a)) + a, (1,) * (ndim - len(b)) + b
-    return tuple(
-        broadcast_dims(d, e, Dim(node, i)) for i, (d, e) in enumerate(zip(a, b, strict=True))
-    )
-
-
-def promote(a: Any, b: Any, node: Node) -> Any:
-    """The dtype of ``node``, which combines dtypes ``a`` and ``b`` (NEP 50 promotion)."""
-    if a is WEAK and b is WEAK:
-        return node  # Python arithmetic or a NumPy scalar: let the constant folder decide
-    if _same(a, b) or b is WEAK:
-        return a  # a weak number takes the array's dtype
-    if a is WEAK:
-        return b
-    if isinstance(a, Node) or isinstance(b, Node):
-        return node
-    return backend.result_dtype(a, b)
-
-
-def _strong(dtype: Any, node: Node) -> Any:
-    # NumPy functions turn a Python number into a float64 scalar: not worth tracking.
-    return node if dtype is WEAK else dtype
-
-
-# Rules, by op family ------------------------------------------------------------------------
-
-Rule = Callable[..., Signature]
-
-
-def same_as_input(node: Node, x: Signature, *rest: Signature) -> Signature:
-    return Signature(x.shape, _strong(x.dtype, node))
-
-
-def broadcasting(node: Node, a: Signature, b: Signature) -> Signature:
-    return Signature(broadcast_shapes(a.shape, b.shape, node), promote(a.dtype, b.dtype, node))
-
-
-def like_input(node: Node, x: Signature) -> Signature:
-    return x  # ones_like(x), zeros_like(x): x's shape and dtype (ones_like(2.0) is 1.0)
-
-
-def shaped_like_second(node: Node, g: Signature, like: Signature) -> Signature:
-    return Signature(like.shape, _strong(g.dtype, node))  # sum_to_like, broadcast_like, ...
-
-
-def one_hot(node: Node, labels: Signature, logits: Signature) -> Signature:
-    return Signature(logits.shape, _strong(logits.dtype, node))
-
-
-def count(node: Node, x: Signature) -> Signature:
-    return Signature((), _strong(x.dtype, node))
-
-
-def cross_entropy(node: Node, logits: Signature, labels: Signature) -> Signature:
-    dtype = labels.dtype
-    if isinstance(dtype, Node) or dtype is WEAK:
-        return Signature((), node)
-    if backend.is_floating(dtype):  # probabilities: combined with the log-probabilities
-        return Signature((), promote(logits.dtype, dtype, node))
-    return Signature((), _strong(logits.dtype, node))  # class indices
-
-
-def reduction(node: Node, x: Signature) -> Signature:
-    axis, keepdims = node.attrs["axis"], node.attrs["keepdims"]
-    dtype = _strong(x.dtype, node)
-    if isinstance(x.shape, Node) or (axis is not None and x.shape == ()):
-        return Signature(() if axis is None and not keepdims else node, dtype)
-    ndim = len(x.shape)
-    axes = set(range(ndim)) if axis is None else {a % ndim for a in _as_tuple(axis)}
-    if keepdims:
-        return Signature(tuple(1 if i in axes else d for i, d in enumerate(x.shape)), dtype)
-    return Signature(tuple(d for i, d in enumerate(x.shape) if i not in axes), dtype)
-
-
-def transposed(node: Node, x: Signature) -> Signature:
-    axes = node.attrs["axes"]
-    if isinstance(x.shape, Node):
-        return Signature(node, _strong(x.dtype, node))
-    dims = x.shape[::-1] if axes is None else tuple(x.shape[a] for a in axes)
-    return Signature(dims, _strong(x.dtype, node))
-
-
-def reshaped(node: Node, x: Signature) -> Signature:
-    target = node.attrs["shape"]
-    if -1 in target:  # the missing length is the size over the others, if sizes are known
-        known = isinstance(x.shape, tuple) and all(type(d) is int for d in x.shape)
-        rest = _product(d for d in target if d != -1)
-        missing = _product(x.shape) // rest if known and rest else Dim(node, target.index(-1))
-        target = tuple(missing if d == -1 else d for d in target)
-    return Signature(target, _strong(x.dtype, node))
-
-
-def broadcast_to(node: Node, x: Signature) -> Signature:
-    return Signature(node.attrs["shape"], _strong(x.dtype, node))
-
-
-def matmul(node: Node, a: Signature, b: Signature) -> Signature:
-    dtype = promote(a.dtype, b.dtype, node)
-    if (
-        isinstance(a.shape, Node)
-        or isinstance(b.shape, Node)
-        or min(len(a.shape), len(b.shape)) < 2
-    ):
-        return Signature(node, dtype)
-    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], node)
-    rows = a.shape[-1] if node.attrs["trans_A"] else a.shape[-2]
-    columns = b.shape[-2] if node.attrs["trans_B"] else b.shape[-1]
-    return Signature((*batch, rows, columns), dtype)
-
-
-def _as_tuple(axis: Any) -> tuple[int, ...]:
-    return (axis,) if isinstance(axis, int) else tuple(axis)
-
-
-def _product(numbers: Any) -> int:
-    result = 1
-    for n in numbers:
-        result *= n
-    return result
-
-
-_e, _r, _s = elementwise, reductions, shape
-RULES: dict[type, Rule] = {
-    **dict.fromkeys(
-        [_e.Negative, _e.Exp, _e.Log, _e.Sin, _e.Cos, _e.Tanh, _e.Sigmoid, _e.Relu, _e.Sqrt],
-        same_as_input,
-    ),
-    **dict.fromkeys([_e.PowerScalar, _e.Step, _r.Softmax, _r.LogSoftmax], same_as_input),
-    **dict.fromkeys(
-        [_e.Add, _e.Subtract, _e.Multiply, _e.Divide, _e.Power, _e.Maximum], broadcasting
-    ),
-    _e.OnesLike: like_input,
-    _e.ZerosLike: like_input,
-    **dict.fromkeys([_s.SumToLike, _s.BroadcastLike, _s.ReshapeLike], shaped_like_second),
-    _s.Transpose: transposed,
-    _s.Reshape: reshaped,
-    _s.BroadcastTo: broadcast_to,
-    _r.Sum: reduction,
-    _r.LogSumExp: reduction,
-    _r.Count: count,
-    linalg.MatMul: matmul,
-    losses.OneHot: one_hot,
-    losses.SoftmaxCrossEntropy: cross_entropy,
-}

@@ -130,6 +130,18 @@ def test_shape_inference_finds_shape_errors_before_running():
         memory.plan([a @ b], {a: np.zeros((2, 3)), b: np.zeros((2, 3))})
     with pytest.raises(ad.ShapeError, match=r"add.*\(2,\).*\(3,\)"):
         memory.plan([a + b], {a: np.zeros(2), b: np.zeros(3)})
+    with pytest.raises(ad.ShapeError, match="ambiguous"):  # NumPy refuses it too
+        memory.plan([a.reshape(0, -1)], {a: np.zeros((2, 0))})
+
+
+def test_float32_logits_with_float64_probabilities_give_a_float64_loss():
+    z, p = ad.Variable("z"), ad.Variable("p")
+    loss = ad.softmax_cross_entropy(z, p)
+    feed = {z: np.zeros((2, 3), "float32"), p: np.full((2, 3), 1 / 3)}
+    plan = memory.plan([loss], feed)
+    assert plan.specs[loss].dtype == np.float64
+    (value,) = ad.Executor([loss], plan=plan).run(feed)
+    assert value == pytest.approx(np.log(3))
 
 
 @pytest.mark.parametrize("bad", ["sqr", 0, -2, 1.5, True])

@@ -12,15 +12,17 @@ needed: elementwise ops may work in place.
 
 from __future__ import annotations
 
-from ..backend import broadcast_shapes, is_weak_scalar, namespace, result_dtype
+from ..backend import is_weak_scalar, namespace
 from ..graph import Node, Op, Spec
+from ..static_shapes import broadcast_shapes, result_dtype
 
 
 class Elementwise(Op, register=False):
     """The family: output element i needs element i of each input only (after
     broadcasting), so the output may overwrite an input of its own shape (in place).
 
-    Shape rule: the inputs' shapes broadcast together; the dtype is NumPy's result type.
+    Shape rule: the inputs' shapes broadcast together; the dtype is NumPy's result type
+    (both also with symbols for unknown lengths, see static_shapes.py).
     """
 
     in_place = True

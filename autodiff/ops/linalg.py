@@ -6,8 +6,9 @@ two axes when its flag is set, as in BLAS. Leading axes are batch axes and broad
 
 from __future__ import annotations
 
-from ..backend import broadcast_shapes, namespace, result_dtype
+from ..backend import namespace
 from ..graph import Node, Op, ShapeError, Spec
+from ..static_shapes import UNKNOWN, broadcast_shapes, has_rank, is_symbol, result_dtype
 from .shape import shape_of
 
 
@@ -33,6 +34,8 @@ class MatMul(Op):
         return a @ b if out is None else namespace(a, b).matmul(a, b, out=out)
 
     def infer(self, a, b, trans_A, trans_B):
+        if not (has_rank(a.shape) and has_rank(b.shape)):
+            return Spec(UNKNOWN, result_dtype(a.dtype, b.dtype))
         self._check_shapes(a, b, trans_A, trans_B)
         rows = a.shape[-1] if trans_A else a.shape[-2]
         columns = b.shape[-2] if trans_B else b.shape[-1]
@@ -73,7 +76,7 @@ class MatMul(Op):
             )
         inner_a = sa[-2] if trans_A else sa[-1]
         inner_b = sb[-1] if trans_B else sb[-2]
-        if inner_a != inner_b:
+        if inner_a != inner_b and not (is_symbol(inner_a) or is_symbol(inner_b)):
             raise ShapeError(
                 f"matmul: shapes {sa} and {sb} do not line up (trans_A={trans_A}, "
                 f"trans_B={trans_B}): the inner dimensions are {inner_a} and {inner_b}. "

@@ -8,8 +8,9 @@ lecture compares it with the same loss composed of fine ops
 
 from __future__ import annotations
 
-from ..backend import namespace
+from ..backend import is_floating, namespace
 from ..graph import DTypeError, Node, Op, ShapeError, Spec
+from ..static_shapes import UNKNOWN, is_symbol, result_dtype, same
 from .reductions import count, log_softmax, logsumexp_values, softmax, sum
 from .shape import shape_of
 
@@ -65,7 +66,7 @@ class OneHot(Op):
 
     def infer(self, labels, logits):
         # Probabilities already in the logits' dtype are passed on as they are.
-        return Spec(logits.shape, logits.dtype, view=labels.dtype == logits.dtype)
+        return Spec(logits.shape, logits.dtype, view=same(labels.dtype, logits.dtype))
 
     def gradient(self, node, output_grad):
         return [output_grad, None]
@@ -96,7 +97,11 @@ class SoftmaxCrossEntropy(Op):
         return -(labels * log_probs).sum() / rows
 
     def infer(self, logits, labels):
-        return Spec((), logits.dtype)
+        if labels.dtype is None or is_symbol(labels.dtype):
+            return Spec((), UNKNOWN)  # indices or probabilities: only the run will tell
+        if is_floating(labels.dtype):  # probabilities meet the log-probabilities
+            return Spec((), result_dtype(logits.dtype, labels.dtype))
+        return Spec((), logits.dtype)  # class indices pick log-probabilities
 
     def gradient(self, node, output_grad):
         logits, labels = node.inputs

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..backend import namespace
 from ..graph import Node, Op, Spec
+from ..static_shapes import UNKNOWN, has_rank
 from .elementwise import exp
 from .shape import broadcast_like, normalize_axes
 
@@ -18,12 +19,17 @@ def _spread_axis(attrs: dict):
     return None if attrs["keepdims"] else attrs["axis"]
 
 
-def reduced_shape(shape: tuple[int, ...], axis, keepdims: bool) -> tuple[int, ...]:
+def reduced_shape(shape, axis, keepdims: bool):
     """The shape left after reducing ``shape`` over ``axis`` (all axes when None).
+
+    Lengths may be symbols (static_shapes.py); of a shape of unknown rank, only a full
+    reduction is known.
 
     >>> reduced_shape((2, 3, 4), 1, keepdims=False), reduced_shape((2, 3), None, True)
     ((2, 4), (1, 1))
     """
+    if not has_rank(shape):
+        return () if axis is None and not keepdims else UNKNOWN
     axes = range(len(shape)) if axis is None else normalize_axes(axis, len(shape))
     if keepdims:
         return tuple(1 if i in axes else n for i, n in enumerate(shape))

@@ -18,6 +18,7 @@ import math
 
 from ..backend import is_weak_scalar, namespace
 from ..graph import Node, Op, ShapeError, Spec
+from ..static_shapes import UNKNOWN, has_rank, is_static, same
 
 
 def shape_of(x) -> tuple[int, ...]:
@@ -39,12 +40,19 @@ def _insert_ones(shape: tuple[int, ...], axis) -> tuple[int, ...]:
     return tuple(result)
 
 
-def _reshaped(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape a reshape of ``shape`` to ``target`` gives, with a -1 filled in."""
+def _reshaped(shape, target: tuple[int, ...]) -> tuple:
+    """The shape a reshape of ``shape`` to ``target`` gives, with a -1 filled in.
+
+    The -1 stays UNKNOWN when ``shape`` holds symbols (static_shapes.py).
+    """
+    if not is_static(shape):
+        return tuple(UNKNOWN if d == -1 else d for d in target)
     size = math.prod(shape)
     if -1 in target:
         known = math.prod(d for d in target if d != -1)
-        target = tuple(size // known if d == -1 and known else d for d in target)
+        if known == 0:  # any length would fit the -1: NumPy refuses too
+            raise ShapeError(f"reshape: the -1 in {target} is ambiguous for shape {shape}.")
+        target = tuple(size // known if d == -1 else d for d in target)
     if math.prod(target) != size:
         raise ShapeError(f"reshape: cannot reshape shape {shape} ({size} elements) into {target}.")
     return target
@@ -75,6 +83,8 @@ class Transpose(Op):
         return x.transpose(axes)
 
     def infer(self, x, axes):
+        if not has_rank(x.shape):
+            return Spec(UNKNOWN, x.dtype, view=True)
         order = reversed(range(len(x.shape))) if axes is None else axes
         return Spec(tuple(x.shape[a] for a in order), x.dtype, view=True)
 
@@ -140,9 +150,11 @@ class SumToLike(Op):
         return sum_to_shape(g, _insert_ones(target, axis)).reshape(target)
 
     def infer(self, g, like, axis):
-        kept = like.shape if axis is None else _insert_ones(like.shape, axis)
+        kept = like.shape
+        if axis is not None and has_rank(like.shape):
+            kept = _insert_ones(like.shape, axis)
         # Nothing to sum: sum_to_shape hands back g itself.
-        return Spec(like.shape, g.dtype, view=g.shape == kept)
+        return Spec(like.shape, g.dtype, view=same(g.shape, kept))
 
     def gradient(self, node, output_grad):
         return [broadcast_like(output_grad, node.inputs[0], node.attrs["axis"]), None]
