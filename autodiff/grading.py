@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,25 +66,40 @@ def forbid_calls(*targets: Any, why: str = "") -> Iterator[None]:
 
     The watch uses ``sys.setprofile``, so it sees a call however the function
     was reached (alias, attribute, method). Library functions that the
-    forbidden ones do not call remain free to use.
+    forbidden ones do not call remain free to use. Threads started inside the
+    block are watched too (``threading.setprofile``), and the block fails if
+    the code inside it switched the watch off with ``sys.setprofile``.
     """
     codes: dict[types.CodeType, str] = {}
     for target in targets:
         codes.update(_code_objects(target))
-    caught: list[str] = []
+    caught: list[str] = []  # shared by every thread the watch runs in
+
+    def message() -> str:
+        text = f"your code called {caught[0]}, which this exercise asks you to write"
+        return text + (f". {why}" if why else ".")
 
     def watch(frame: types.FrameType, event: str, arg: object) -> None:
         if event == "call" and frame.f_code in codes and not caught:
             caught.append(codes[frame.f_code])
             sys.setprofile(None)  # the error below must not be watched itself
-            message = f"your code called {caught[0]}, which this exercise asks you to write"
-            raise AssertionError(message + (f". {why}" if why else "."))
+            raise AssertionError(message())
 
     previous = sys.getprofile()
+    previous_threads = threading.getprofile()
+    threading.setprofile(watch)
     sys.setprofile(watch)
     try:
         yield
+        switched_off = sys.getprofile() is not watch
     finally:
         sys.setprofile(previous)
+        threading.setprofile(previous_threads)
+    # an error raised in another thread, or one the code swallowed, ends here
     if caught:
-        raise AssertionError(f"your code called {caught[0]}, which this exercise asks you to write")
+        raise AssertionError(message())
+    if switched_off:
+        raise AssertionError(
+            "your code switched off the call watch (sys.setprofile), which the "
+            "tests use to check that you write this exercise yourself."
+        )

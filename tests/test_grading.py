@@ -1,0 +1,112 @@
+"""forbid_calls, the watch the assignments' hidden tests use against delegation."""
+
+import concurrent.futures
+import contextlib
+import sys
+import threading
+
+import pytest
+
+import autodiff as ad
+from autodiff.grading import forbid_calls
+
+
+def delegate(x):
+    return ad.gradients(x * x, [x])
+
+
+def quietly(function, *args):
+    """Run function in a thread, hiding its error as a student's code could."""
+    with contextlib.suppress(BaseException):
+        function(*args)
+
+
+def test_a_call_through_an_alias_is_caught():
+    from autodiff import gradients as g
+
+    x = ad.tensor(2.0)
+    with pytest.raises(AssertionError, match="your code called autodiff.gradients"):
+        with forbid_calls(ad.gradients, why="Write it yourself."):
+            g(x * x, [x])
+
+
+def test_the_reason_is_in_the_message():
+    x = ad.tensor(2.0)
+    with pytest.raises(AssertionError, match="Write it yourself"):
+        with forbid_calls(ad.gradients, why="Write it yourself."):
+            delegate(x)
+
+
+def test_an_error_the_code_swallows_still_fails_the_block():
+    x = ad.tensor(2.0)
+    with pytest.raises(AssertionError, match="your code called"):
+        with forbid_calls(ad.gradients):
+            with contextlib.suppress(BaseException):
+                delegate(x)
+
+
+def test_switching_the_watch_off_fails_the_block():
+    x = ad.tensor(2.0)
+    with pytest.raises(AssertionError, match="switched off the call watch"):
+        with forbid_calls(ad.gradients):
+            sys.setprofile(None)
+            delegate(x)
+
+
+def test_replacing_the_watch_fails_the_block():
+    with pytest.raises(AssertionError, match="switched off the call watch"):
+        with forbid_calls(ad.gradients):
+            sys.setprofile(lambda *args: None)
+
+
+def test_a_call_from_a_thread_is_caught():
+    x = ad.tensor(2.0)
+    with pytest.raises(AssertionError, match="your code called autodiff.gradients"):
+        with forbid_calls(ad.gradients):
+            thread = threading.Thread(target=quietly, args=(delegate, x))
+            thread.start()
+            thread.join()
+
+
+def test_a_call_from_a_thread_pool_is_caught():
+    x = ad.tensor(2.0)
+    with pytest.raises(AssertionError, match="your code called autodiff.gradients"):
+        with forbid_calls(ad.gradients):
+            with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+                future = pool.submit(delegate, x)
+                concurrent.futures.wait([future])  # its error is never looked at
+
+
+def test_allowed_calls_pass():
+    x = ad.tensor(3.0)
+    with forbid_calls(ad.gradients):
+        y = x * x + ad.sin(x)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            values = list(pool.map(lambda t: float(t.value), [x, y]))
+    assert values == [3.0, float(y.value)]
+    (grad,) = ad.gradients(y, [x])  # allowed again after the block
+    assert grad.value == pytest.approx(6.0 + float(ad.cos(x).value))
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_previous_profile_functions_are_restored(fails):
+    def outer(frame, event, arg):
+        return None
+
+    def outer_threads(frame, event, arg):
+        return None
+
+    x = ad.tensor(2.0)
+    before = sys.getprofile(), threading.getprofile()
+    sys.setprofile(outer)
+    threading.setprofile(outer_threads)
+    try:
+        with contextlib.suppress(AssertionError):
+            with forbid_calls(ad.gradients):
+                if fails:
+                    delegate(x)
+        assert sys.getprofile() is outer
+        assert threading.getprofile() is outer_threads
+    finally:
+        sys.setprofile(before[0])
+        threading.setprofile(before[1])
