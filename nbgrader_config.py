@@ -35,7 +35,15 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
-# Test cells a student deleted come back from the source (emptied ones always do).
+# Test cells a student emptied, edited or deleted come back from the source, also
+# when nbgrader itself would crash on what the student did (duplicated cells).
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "autodiff.instructor.RestoreCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 c.OverwriteCells.add_missing_cells = True
 
 # Feedback without hidden tests: neither their source nor their tracebacks.

@@ -29,16 +29,18 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 
 import nbformat
-from nbclient.exceptions import DeadKernelError
+from jupyter_core.utils import run_sync
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor, OverwriteCells
 
 GRADING_DIR = "grading"  # reports, logs and backups (git-ignored)
 
@@ -49,30 +51,28 @@ GRADING_DIR = "grading"  # reports, logs and backups (git-ignored)
 class ResilientExecute(Execute):
     """nbgrader's Execute, surviving a dead or stuck kernel.
 
-    When a student's cell kills the kernel (``os._exit``, a segfault, running out of
-    memory), nbgrader would drop the whole notebook; when a cell runs past its time
-    and ignores the interrupt, every later cell would wait out its own time-out. Here
-    such a cell gets an error output saying what happened, the kernel restarts, the
-    earlier cells run again (all but the ones that crashed or hung), and grading goes
-    on: the student loses the points that depend on that cell, not the assignment.
+    When a student's cell kills the kernel (``os._exit``, ``exit()``, a segfault,
+    running out of memory), nbgrader would drop the whole notebook; when a cell runs
+    past its time and ignores the interrupt (or loops inside C, holding the GIL),
+    every later cell would wait out its own time-out, or nbclient gives up. Here such
+    a cell gets an error output saying what happened, the kernel restarts, the earlier
+    cells run again (all but the ones that crashed or hung), and grading goes on: the
+    student loses the points that depend on that cell, not the assignment.
+
+    A warning printed to stderr by correct code (NumPy's "divide by zero", say) does
+    not fail a test cell: in grade cells, stderr is relabelled stdout. Only an error
+    fails a test.
     """
 
     def preprocess_cell(self, cell, resources, index):
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
-        except DeadKernelError:
-            cell.outputs.append(
-                _error_output(
-                    "KernelDied",
-                    "the kernel stopped while running "
-                    "this cell (os._exit, a crash, or out of memory)",
-                )
-            )
+        except (DeadKernelError, CellTimeoutError) as error:
+            cell.outputs.append(_error_output(type(error).__name__, _STOPPED))
         else:
-            timed_out = any(
-                out.get("ename") == "CellTimeoutError" for out in cell.get("outputs", [])
-            )
-            if not timed_out:
+            _stderr_is_not_failure(cell)
+            outputs = cell.get("outputs", [])
+            if not any(out.get("ename") == "CellTimeoutError" for out in outputs):
                 return cell, resources
         self.log.warning("Cell %d crashed or ran out of time: restarting the kernel", index)
         cell.metadata["autodiff_skipped"] = True
@@ -80,19 +80,37 @@ class ResilientExecute(Execute):
         return cell, self.resources
 
     def _restart_and_replay(self, index: int) -> None:
-        from jupyter_core.utils import run_sync
+        """A fresh kernel with the state of the cells before ``index`` (bar skipped ones).
 
-        run_sync(self.km.restart_kernel)(now=True)
-        run_sync(self.kc.wait_for_ready)(timeout=self.startup_timeout)
+        A replayed cell that kills the kernel again is skipped too, and the replay
+        starts over, so later cells still see the setup cells' imports.
+        """
+        while True:
+            run_sync(self.km.restart_kernel)(now=True)
+            run_sync(self.kc.wait_for_ready)(timeout=self.startup_timeout)
+            if self._replay(index):
+                return
+
+    def _replay(self, index: int) -> bool:
         for earlier, cell in enumerate(self.nb.cells[:index]):
-            if cell.cell_type == "code" and not cell.metadata.get("autodiff_skipped"):
-                replay = nbformat.from_dict(json.loads(json.dumps(cell)))
-                try:
-                    self.execute_cell(replay, earlier, store_history=False)
-                except DeadKernelError:  # dies again: go on without the state it had
-                    run_sync(self.km.restart_kernel)(now=True)
-                    run_sync(self.kc.wait_for_ready)(timeout=self.startup_timeout)
+            if cell.cell_type != "code" or cell.metadata.get("autodiff_skipped"):
+                continue
+            replay = nbformat.from_dict(json.loads(json.dumps(cell)))
+            try:
+                self.execute_cell(replay, earlier, store_history=False)
+            except (DeadKernelError, CellTimeoutError):
+                cell.metadata["autodiff_skipped"] = True
+                cell.outputs.append(_error_output("KernelDied", "(again, on replay) " + _STOPPED))
+                return False
+            finally:
                 self.nb.cells[earlier] = cell  # execute_cell stored the replay there
+        return True
+
+
+_STOPPED = (
+    "the kernel stopped or stopped answering while running this cell (exit(), a crash, "
+    "running out of memory, or a loop that ignores interrupts)"
+)
 
 
 def _error_output(name: str, message: str):
@@ -100,40 +118,128 @@ def _error_output(name: str, message: str):
     return nbformat.v4.new_output("error", ename=name, evalue=message, traceback=[text])
 
 
-class RedactHiddenTests(NbGraderPreprocessor):
-    """Feedback without the hidden tests: neither their source nor their tracebacks.
+def _stderr_is_not_failure(cell) -> None:
+    if cell.metadata.get("nbgrader", {}).get("grade"):
+        for output in cell.get("outputs", []):
+            if output.output_type == "stream" and output.name == "stderr":
+                output.name = "stdout"
 
-    nbgrader's feedback shows the whole autograded notebook, hidden tests included,
-    and a failing test's traceback quotes the lines around it. This keeps the visible
-    part of each test cell; in its tracebacks, a frame in the test cell shows only
-    the failing line when it is visible, and "in the hidden tests" otherwise. Frames
-    in the student's own code are kept: they help.
+
+class RestoreCells(OverwriteCells):
+    """nbgrader's OverwriteCells, robust to what students do to cells.
+
+    Tests come back from the source when emptied, edited or deleted. nbgrader 0.9.6
+    crashes on two common cases, a copy-pasted answer cell (a duplicate id leaves an
+    empty ``nbgrader`` entry) and a deleted test whose neighbour is deleted too; here
+    leftover entries are dropped, and a missing cell goes after the nearest earlier
+    source cell that is still there (or first).
     """
 
-    begin = "### BEGIN HIDDEN TESTS"
-    end = "### END HIDDEN TESTS"
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            if "nbgrader" in cell.metadata and "grade_id" not in cell.metadata.nbgrader:
+                del cell.metadata["nbgrader"]
+        return super().preprocess(nb, resources)
 
-    def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type != "code" or self.begin not in cell.source:
-            return cell, resources
-        lines = cell.source.splitlines()
+    def add_missing_grade_cells(self, nb, resources):
+        source = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
+        order = [cell.name for cell in source.source_cells]
+        by_name = {cell.name: cell for cell in source.source_cells}
+        solutions = {cell.name for cell in source.solution_cells}
+        for grade_cell in source.grade_cells:
+            present = {_grade_id(cell): i for i, cell in enumerate(nb.cells) if _grade_id(cell)}
+            if grade_cell.name in present:
+                continue
+            self.log.warning("Missing grade cell %s: adding it back", grade_cell.name)
+            earlier = order[: order.index(grade_cell.name)]
+            position = max((present[name] + 1 for name in earlier if name in present), default=0)
+            cell = self.missing_cell_transform(
+                by_name[grade_cell.name],
+                grade_cell.max_score,
+                is_solution=grade_cell.name in solutions,
+            )
+            nb.cells.insert(position, cell)
+        return nb, resources
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+class RedactHiddenTests(NbGraderPreprocessor):
+    """Feedback without the hidden tests: not their source, and not a line of it anywhere.
+
+    nbgrader's feedback shows the whole autograded notebook, hidden tests included.
+    Here the hidden part of each test cell is removed; in tracebacks, a frame in a test
+    cell shows only the failing line when it is visible, and "in the hidden tests"
+    otherwise; and any output line of any cell that quotes a hidden line (a student
+    printing ``In``, ``inspect.getsource`` of the caller, a warning pointing at the
+    test) is replaced. Frames in the student's own code are kept: they help.
+    """
+
+    begin = "BEGIN HIDDEN TESTS"  # matched as nbgrader matches it: anywhere in the line
+    end = "END HIDDEN TESTS"
+
+    def preprocess(self, nb, resources):
+        self._secrets = set()
+        for cell in nb.cells:
+            if cell.cell_type == "code" and self.begin in cell.source:
+                lines = cell.source.splitlines()
+                hidden = self._hidden_lines(lines)
+                self._secrets |= {lines[n - 1].strip() for n in hidden}
+        self._secrets = {line for line in self._secrets if len(line) >= 6}
+        return super().preprocess(nb, resources)
+
+    def _hidden_lines(self, lines: list[str]) -> set[int]:
         hidden, hiding = set(), False
         for number, line in enumerate(lines, start=1):
-            if line.strip() == self.begin:
+            if self.begin in line:
                 hiding = True
             if hiding:
                 hidden.add(number)
-            if line.strip() == self.end:
+            if self.end in line:
                 hiding = False
+        return hidden
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code":
+            return cell, resources
+        lines = cell.source.splitlines()
+        hidden = self._hidden_lines(lines) if self.begin in cell.source else set()
         for output in cell.get("outputs", []):
-            if output.output_type == "error":
+            if output.output_type == "error" and hidden:
                 output.traceback = [
                     self._redact(entry, cell.execution_count, lines, hidden)
                     for entry in output.traceback
                 ]
-        kept = [line for number, line in enumerate(lines, start=1) if number not in hidden]
-        cell.source = "\n".join(kept).rstrip()
+            self._scrub(output)
+        if hidden:
+            kept = [line for number, line in enumerate(lines, start=1) if number not in hidden]
+            cell.source = "\n".join(kept).rstrip()
         return cell, resources
+
+    def _scrub(self, output) -> None:
+        """Replace every output line that quotes a hidden line."""
+        if output.output_type == "stream":
+            output.text = self._clean(output.text)
+        elif output.output_type == "error":
+            output.evalue = self._clean(output.evalue)
+            output.traceback = [self._clean(entry) for entry in output.traceback]
+        else:
+            for kind, data in output.get("data", {}).items():
+                if isinstance(data, str) and kind.startswith("text/"):
+                    output.data[kind] = self._clean(data)
+
+    def _clean(self, text: str) -> str:
+        plain = _ANSI.sub("", text)
+        if not any(secret in plain for secret in self._secrets):
+            return text
+        return "\n".join(
+            "[a line of a hidden test, not shown]"
+            if any(secret in _ANSI.sub("", line) for secret in self._secrets)
+            else line
+            for line in text.split("\n")
+        )
 
     @staticmethod
     def _redact(entry: str, count, lines: list[str], hidden: set[int]) -> str:
@@ -149,38 +255,47 @@ class RedactHiddenTests(NbGraderPreprocessor):
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-class LMSCollector(FileNameCollectorPlugin):
-    """Read the student id and notebook from the file names an LMS download uses.
+_CANVAS = re.compile(r"^(?P<student>[^_]+)_(?:late_)?\d+_\d+_(?P<notebook>.+)\.ipynb$", re.I)
+_MOODLE = re.compile(r"^.+_(?P<student>\d+)_assignsubmission_file_$")
+
+
+def whose(path: PurePath) -> tuple[str, str] | None:
+    """(student, notebook name) read from a file's path in an LMS download, or None.
 
     * Canvas: ``<student>_[late_]<id>_<id>_<notebook>[-<n>].ipynb``
-    * Moodle: ``<Full Name>_<id>_assignsubmission_file_/<notebook>.ipynb`` (the id
-      is the student id)
+    * Moodle: ``<Full Name>_<id>_assignsubmission_file_/<notebook>.ipynb`` (the id is
+      Moodle's participant id, which Moodle numbers per assignment: prefer Canvas or
+      folders named by student id when you can)
     * plain: ``<student>/<notebook>.ipynb``
 
-    A notebook renamed by the student or the browser (``a1 (1).ipynb``) is taken as
-    the assignment's notebook when the assignment has only one.
+    A browser's or LMS's copy suffix (``a1 (1)``, ``a1-2``) is dropped.
     """
+    if path.suffix != ".ipynb" or path.name.startswith("."):
+        return None
+    if match := _CANVAS.match(path.name):
+        student, notebook = match["student"], match["notebook"]
+    elif match := _MOODLE.match(path.parent.name):
+        student, notebook = match["student"], path.stem
+    elif path.parent.name not in ("extracted", ""):
+        student, notebook = path.parent.name, path.stem
+    else:
+        return None
+    return student.lower(), re.sub(r"(-\d+| \(\d+\))$", "", notebook)
 
-    canvas = re.compile(r"^(?P<student_id>[^_]+)_(?:late_)?\d+_\d+_(?P<file_id>.+)\.ipynb$", re.I)
-    moodle = re.compile(r"^.+_(?P<student_id>\d+)_assignsubmission_file_$")
+
+class LMSCollector(FileNameCollectorPlugin):
+    """nbgrader's zip_collect reading names with ``whose``. A notebook renamed by the
+    student is taken as the assignment's notebook when the assignment has only one."""
 
     def collect(self, submitted_file: str) -> dict | None:
-        path = Path(submitted_file)
-        if path.suffix != ".ipynb" or path.name.startswith("."):
+        found = whose(Path(submitted_file))
+        if found is None:
+            self.log.warning("Cannot tell whose submission this is: %s", submitted_file)
             return None
-        if match := self.canvas.match(path.name):
-            student, notebook = match["student_id"], match["file_id"]
-        elif match := self.moodle.match(path.parent.name):
-            student, notebook = match["student_id"], path.stem
-        elif path.parent.name not in ("extracted", "") and "_" not in path.parent.name:
-            student, notebook = path.parent.name, path.stem
-        else:
-            self.log.warning("Cannot tell whose submission this is: %s", path.name)
-            return None
-        return {"student_id": student.lower(), "file_id": self._notebook(notebook) + ".ipynb"}
+        student, notebook = found
+        return {"student_id": student, "file_id": self._notebook(notebook) + ".ipynb"}
 
     def _notebook(self, name: str) -> str:
-        name = re.sub(r"(-\d+| \(\d+\))$", "", name)
         released = _released_notebooks(Path.cwd(), self.parent.coursedir.assignment_id)
         if name not in released and len(released) == 1:
             self.log.warning("Notebook %r taken as %r", name, released[0])
@@ -198,31 +313,50 @@ def _released_notebooks(root: Path, assignment: str) -> list[str]:
 def nbgrader(root: Path, *args: str, timeout: float | None = None, log: Path | None = None):
     """Run one nbgrader command in the course root; returns (exit code, output).
 
-    The command runs in its own process group, so a time-out stops the kernels it
-    started too. nbgrader finds ``alembic`` on PATH, hence the venv's bin first.
+    Output goes to a temporary file, not a pipe, so a kernel that outlives nbgrader
+    cannot block the reading. On a time-out, nbgrader and every process it started
+    (kernels start their own sessions, so they are found by parentage) are killed.
+    nbgrader finds ``alembic`` on PATH, hence the venv's bin first.
     """
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     command = [sys.executable, "-m", "nbgrader", *args]
-    process = subprocess.Popen(
-        command,
-        cwd=root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-        code = process.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        code = None
+    with tempfile.TemporaryFile("w+") as sink:
+        process = subprocess.Popen(
+            command, cwd=root, env=env, stdout=sink, stderr=subprocess.STDOUT
+        )
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_tree(process.pid)
+            process.wait()
+            code = None
+        sink.seek(0)
+        output = sink.read()
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"$ nbgrader {' '.join(args)}\n{output}")
     return code, output
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill ``pid`` and its descendants (Linux: read from /proc; elsewhere just ``pid``)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    doomed, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        doomed.append(current)
+        todo.extend(children.get(current, []))
+    for victim in doomed:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def assignments(root: Path) -> list[str]:
@@ -255,9 +389,10 @@ def release(root: Path) -> None:
 def collect(root: Path, zip_path: Path, assignment: str | None = None) -> None:
     """Take an LMS download (a zip of notebooks) into ``submitted/<student>/<assignment>/``.
 
-    The assignment is read from the notebooks' names when not given. Earlier
-    submissions of the students in the zip are copied to ``grading/backups/``
-    first: a resubmission replaces, nothing is lost.
+    The assignment is read from the notebooks' names when not given. Nothing is lost:
+    earlier submissions of the students in the zip are copied to ``grading/backups/``
+    first, and so is every file of the zip that is not collected (a second file of the
+    same student, a notebook of another assignment), each named in the output.
     """
     if not zipfile.is_zipfile(zip_path):
         raise SystemExit(f"error: {zip_path} is not a zip file (ZIP=path/to/download.zip)")
@@ -270,18 +405,66 @@ def collect(root: Path, zip_path: Path, assignment: str | None = None) -> None:
     archive.mkdir(parents=True, exist_ok=True)
     for old in archive.iterdir():  # keep earlier downloads, but collect only this one
         old.rename(root / "downloaded" / assignment / f"{old.name}.{_stamp()}")
-    shutil.copy(zip_path, archive / zip_path.name)
+    set_aside = root / GRADING_DIR / "backups" / assignment / f"not-collected-{_stamp()}"
+    notes = _one_notebook_per_student(
+        root, zip_path, assignment, archive / zip_path.name, set_aside
+    )
     log = root / GRADING_DIR / "logs" / f"collect-{assignment}-{_stamp()}.log"
     code, output = nbgrader(root, "zip_collect", assignment, "--force", log=log)
     if code != 0:
         raise SystemExit(f"error: collecting failed; see {log}\n{output[-2000:]}")
-    skipped = [line for line in output.splitlines() if "Cannot tell whose" in line]
     students = sorted(p.parent.name for p in (root / "submitted").glob(f"*/{assignment}"))
     print(f"collected {assignment}: {len(students)} students in submitted/")
     if backup:
         print(f"earlier submissions kept in {backup.relative_to(root)}")
-    for line in skipped:
-        print("skipped:", line.split("whose submission this is: ")[-1])
+    for line in output.splitlines():
+        if "taken as" in line:
+            print("renamed:", line.split("] ")[-1])
+    for note in notes:
+        print(note)
+
+
+def _one_notebook_per_student(
+    root: Path, zip_path: Path, assignment: str, out: Path, set_aside: Path
+) -> list[str]:
+    """Copy the zip to ``out`` with one notebook per student, the newest by the zip's
+    dates (then by name: Canvas's ``late`` and ``-2`` copies sort later). What is left
+    out goes to ``set_aside``; returns a line per file left out."""
+    others = [name for name in assignments(root) if name != assignment]
+    single = len(_released_notebooks(root, assignment)) == 1
+    notes: list[str] = []
+    keep: dict[object, zipfile.ZipInfo] = {}
+    with zipfile.ZipFile(zip_path) as archive:
+        entries = [e for e in archive.infolist() if not e.is_dir()]
+        for entry in sorted(entries, key=lambda e: (e.date_time, e.filename)):
+            found = whose(PurePosixPath(entry.filename))
+            if found is None:
+                reason = "cannot tell whose it is"
+            elif found[1] in others:
+                reason = f"a notebook of {found[1]}, not {assignment}"
+            else:
+                key = found[0] if single else found
+                earlier = keep.get(key)
+                keep[key] = entry
+                if earlier is None:
+                    continue
+                entry, reason = earlier, f"{found[0]} sent a newer file"
+            notes.append(f"not collected: {entry.filename} ({reason})")
+            target = set_aside / _safe_name(entry.filename)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(archive.read(entry))
+        with zipfile.ZipFile(out, "w") as kept:
+            for entry in keep.values():
+                kept.writestr(_safe_name(entry.filename), archive.read(entry))
+    if notes:
+        notes.append(f"(files not collected are kept in {set_aside.relative_to(root)})")
+    return notes
+
+
+def _safe_name(name: str) -> str:
+    """A zip entry's name without ``..`` or a leading ``/``: it stays where it is put."""
+    parts = [part for part in PurePosixPath(name).parts if part not in ("..", "/")]
+    return "/".join(parts) or "unnamed"
 
 
 def _assignment_in_zip(root: Path, zip_path: Path) -> str:
@@ -379,13 +562,21 @@ def _digest(root: Path, student: str, assignment: str) -> str:
 
 
 def _grade_one(root: Path, assignment: str, student: str, timeout: float) -> Outcome:
+    """Grade one submission; any outcome but "graded" leaves no stale grade behind."""
+    outcome = _run_one(root, assignment, student, timeout)
+    if outcome.status != "graded":
+        _forget(root, assignment, student)
+    return outcome
+
+
+def _run_one(root: Path, assignment: str, student: str, timeout: float) -> Outcome:
     started = time.perf_counter()
     submitted = root / "submitted" / student / assignment
     problem = _unreadable_notebook(submitted)
     if problem:
         return Outcome(student, "invalid notebook", note=problem + "; kept as submitted")
-    others_before = _grades(root, assignment, exclude=student)
-    files_before = _snapshot(root / "submitted")
+    others_before = _grades(root, exclude=student)
+    files_before = _snapshot(root / "submitted") | _snapshot_code(root)
     database = _database_file(root)
     saved = database.read_bytes() if database and database.exists() else None
     log = root / GRADING_DIR / "logs" / assignment / f"{student}.log"
@@ -394,14 +585,15 @@ def _grade_one(root: Path, assignment: str, student: str, timeout: float) -> Out
     )
     seconds = time.perf_counter() - started
     tampered = []
-    if _grades(root, assignment, exclude=student) != others_before:
+    if _grades(root, exclude=student) != others_before:
         tampered.append("other students' grades changed (gradebook restored)")
         if saved is not None and database is not None:
             database.write_bytes(saved)
-    if _restore(root / "submitted", files_before):
-        tampered.append("files in submitted/ changed (restored)")
-    if tampered:  # its grades are gone with the restore; so is what it graded
-        shutil.rmtree(root / "autograded" / student / assignment, ignore_errors=True)
+    changed = _restore(root, files_before, watched=[root / "submitted"])
+    if changed:
+        names = ", ".join(str(path.relative_to(root)) for path in changed[:3])
+        tampered.append(f"files changed: {names} (restored; new files in grading/quarantine)")
+    if tampered:
         return Outcome(student, "tampering", seconds=seconds, note="; ".join(tampered))
     if code is None:
         note = f"stopped after {timeout:.0f} s; see {log.relative_to(root)}"
@@ -415,6 +607,20 @@ def _grade_one(root: Path, assignment: str, student: str, timeout: float) -> Out
     if "Missing grade cell" in output:
         notes.append("deleted test cells were restored")
     return Outcome(student, "graded", score, max_score, seconds, "; ".join(notes))
+
+
+def _forget(root: Path, assignment: str, student: str) -> None:
+    """No grade, autograded copy or feedback left from an earlier submission."""
+    from nbgrader.api import MissingEntry
+
+    for folder in ("autograded", "feedback"):
+        shutil.rmtree(root / folder / student / assignment, ignore_errors=True)
+    _stamp_file(root, student, assignment).unlink(missing_ok=True)
+    with _gradebook(root) as gradebook:
+        try:
+            gradebook.remove_submission(assignment, student)
+        except MissingEntry:
+            pass
 
 
 def _unreadable_notebook(folder: Path) -> str:
@@ -438,34 +644,54 @@ def _gradebook(root: Path):
     return Gradebook(url, "autodiff")
 
 
-def _grades(root: Path, assignment: str, exclude: str) -> dict:
-    """Every other student's cell grades for the assignment, to notice tampering."""
+def _grades(root: Path, exclude: str) -> dict:
+    """Every other student's cell grades, in every assignment, to notice tampering."""
     grades = {}
     with _gradebook(root) as gradebook:
-        for submission in gradebook.assignment_submissions(assignment):
-            if submission.student_id == exclude:
-                continue
-            for notebook in submission.notebooks:
-                for grade in notebook.grades:
-                    key = (submission.student_id, notebook.name, grade.name)
-                    grades[key] = (grade.auto_score, grade.manual_score, grade.extra_credit)
+        for assignment in gradebook.assignments:
+            for submission in gradebook.assignment_submissions(assignment.name):
+                if submission.student_id == exclude:
+                    continue
+                for notebook in submission.notebooks:
+                    for grade in notebook.grades:
+                        key = (assignment.name, submission.student_id, notebook.name, grade.name)
+                        grades[key] = (grade.auto_score, grade.manual_score, grade.extra_credit)
     return grades
 
 
 def _snapshot(folder: Path) -> dict[Path, bytes]:
-    """Every submitted file's bytes (notebooks are small), to undo what a run changes."""
+    """Every file's bytes (notebooks are small), to undo what a run changes."""
     return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
 
 
-def _restore(folder: Path, snapshot: dict[Path, bytes]) -> list[Path]:
-    """Put back any file a run changed or deleted; returns those paths."""
-    changed = []
+def _snapshot_code(root: Path) -> dict[Path, bytes]:
+    """What grading runs on: the configuration, the sources, the kit's own code."""
+    files = _snapshot(root / "solutions") | _snapshot(Path(__file__).parent)
+    files = {path: data for path, data in files.items() if "__pycache__" not in path.parts}
+    config = root / "nbgrader_config.py"
+    return files | {config: config.read_bytes()}
+
+
+def _restore(root: Path, snapshot: dict[Path, bytes], watched: list[Path]) -> list[Path]:
+    """Put back every file a run changed or deleted, and move files it added to
+    ``watched`` folders into ``grading/quarantine/``; returns the paths touched."""
+    touched = []
     for path, content in snapshot.items():
         if not path.is_file() or path.read_bytes() != content:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)
-            changed.append(path)
-    return changed
+            touched.append(path)
+    for folder in watched:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and path not in snapshot:
+                target = root / GRADING_DIR / "quarantine" / _stamp() / path.relative_to(root)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(path, target)
+                touched.append(path)
+        for path in sorted(folder.rglob("*"), reverse=True):  # what the moves left empty
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+    return touched
 
 
 def _score(root: Path, assignment: str, student: str) -> tuple[float | None, float | None]:
@@ -538,12 +764,18 @@ def grades(root: Path) -> Path:
     with table.open() as file:
         rows = list(csv.DictReader(file))
     for name in sorted({row["assignment"] for row in rows}):
-        scores = [float(row["score"]) for row in rows if row["assignment"] == name]
-        max_score = max(float(row["max_score"]) for row in rows if row["assignment"] == name)
+        # Only students who submitted: the gradebook lists everyone it has ever seen.
+        submitted = {p.parent.name for p in (root / "submitted").glob(f"*/{name}")}
+        mine = [row for row in rows if row["assignment"] == name]
+        scores = [float(row["score"]) for row in mine if row["student_id"] in submitted]
+        max_score = max(float(row["max_score"]) for row in mine)
+        if not scores:
+            continue
         _histogram(scores, max_score, name, out / f"{name}.png")
+        median = sorted(scores)[len(scores) // 2]
         print(
-            f"{name}: {len(scores)} students, median {sorted(scores)[len(scores) // 2]:g}"
-            f"/{max_score:g} -> {GRADING_DIR}/{name}.png"
+            f"{name}: {len(scores)} submissions graded, median {median:g}/{max_score:g}"
+            f" -> {GRADING_DIR}/{name}.png"
         )
     print(f"grades: {table.relative_to(root)}")
     return table

@@ -104,6 +104,11 @@ db = sqlite3.connect(root / "gradebook.db")
 db.execute("update grade set auto_score = 0")
 db.commit()
 shutil.rmtree(root / "submitted" / "alice")
+forged = root / "submitted" / "zed" / "toy"
+forged.mkdir(parents=True)
+(forged / "toy.ipynb").write_text("{}")
+with open(root / "nbgrader_config.py", "a") as config:
+    config.write("\\nc.GenerateFeedback.preprocessors = []\\n")
 def square(x):
     return x * x
 """
@@ -126,7 +131,17 @@ def graded(course):
         "gina": '{"cells": [ this is not JSON',
         "ivan": answered(course, cube="return 0"),
         "mallory": answered(course),
+        "nora": answered(course, square="return sum(itertools.count())"),
+        "pete": answered(course),
+        "quinn": answered(course),
+        "rita": answered(course),
+        "sam": answered(course, square="print('careful', file=sys.stderr)\n    return x * x"),
     }
+    cases["nora"]["cells"][2]["source"] = "import itertools\n" + cases["nora"]["cells"][2]["source"]
+    cases["pete"]["cells"].insert(3, json.loads(json.dumps(cases["pete"]["cells"][2])))  # pasted
+    del cases["quinn"]["cells"][4:6]  # an answer and its test, both deleted
+    cases["rita"]["cells"][4]["source"] += "\nprint(*In, sep='\\n')"  # leaks hidden tests?
+    cases["sam"]["cells"][2]["source"] = "import sys\n" + cases["sam"]["cells"][2]["source"]
     cases["jack"]["cells"][2]["source"] = ignore_interrupts + cases["jack"]["cells"][2]["source"]
     cases["dave"]["cells"][2]["source"] = "import os\nos._exit(1)"
     cases["erin"]["cells"][3]["source"] = ""  # a test emptied ...
@@ -162,6 +177,11 @@ def test_release_hides_solutions_and_hidden_tests(course):
         ("erin", 5, "restored"),  # emptied and deleted tests come back
         ("frank", 5, ""),  # unknown kernel name: graded on python3
         ("ivan", 2, ""),  # a test cell replaced by `pass` is put back
+        ("nora", 3, "ran out of time"),  # a loop in C that holds the GIL
+        ("pete", 5, ""),  # an answer cell pasted twice
+        ("quinn", 2, "restored"),  # an answer and its test deleted: the test comes back
+        ("rita", 5, ""),  # prints the kernel's input history (see the feedback test)
+        ("sam", 5, ""),  # correct code that writes to stderr keeps its points
     ],
 )
 def test_each_submission_is_graded(graded, student, score, note):
@@ -185,6 +205,9 @@ def test_tampering_is_caught_and_undone(graded, course):
     assert not (course / "autograded" / "mallory" / TOY).exists()  # left for a person
     assert "grades changed" in outcomes["mallory"].note
     assert instructor._snapshot(course / "submitted") == submitted_before  # alice's file is back
+    assert not (course / "submitted" / "zed").exists()  # a forged submission is moved out
+    assert list((course / "grading" / "quarantine").rglob("zed/toy/toy.ipynb"))
+    assert "preprocessors = []" not in (course / "nbgrader_config.py").read_text()
     assert instructor._score(course, TOY, "alice") == (5, 6)  # and her grades
 
 
@@ -197,7 +220,7 @@ def test_report_lists_every_student(graded, course):
 def test_feedback_never_shows_hidden_tests(graded, course):
     instructor.feedback(course, TOY)
     pages = {p.parts[-3]: p.read_text() for p in (course / "feedback").glob(f"*/{TOY}/*.html")}
-    assert {"alice", "bob", "ivan"} <= set(pages)
+    assert {"alice", "bob", "ivan", "rita"} <= set(pages)
     for page in pages.values():
         assert "HIDDEN" not in page and "secret hidden message" not in page
         assert "negative numbers" not in page
@@ -270,3 +293,39 @@ def test_command_line_needs_the_course_root(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit, match="nbgrader_config.py"):
         instructor.main(["grades"])
+
+
+def test_collect_keeps_one_file_per_student_and_sets_the_rest_aside(course, tmp_path, capsys):
+    first, second = json.dumps(answered(course)), json.dumps(answered(course, cube="return 1"))
+    path = tmp_path / "twice.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(zipfile.ZipInfo(f"uma_1_2_{TOY}.ipynb", (2026, 11, 1, 9, 0, 0)), first)
+        archive.writestr(
+            zipfile.ZipInfo(f"uma_late_1_3_{TOY}-1.ipynb", (2026, 11, 2, 9, 0, 0)), second
+        )
+        archive.writestr(f"vic_4_5_{TOY}.ipynb", first)
+        archive.writestr("../../escape/evil.ipynb", first)
+    instructor.collect(course, path, TOY)
+    printed = capsys.readouterr().out
+    assert "return 1" in (course / "submitted" / "uma" / TOY / f"{TOY}.ipynb").read_text()
+    assert (course / "submitted" / "vic" / TOY / f"{TOY}.ipynb").is_file()  # the others too
+    assert f"not collected: uma_1_2_{TOY}.ipynb (uma sent a newer file)" in printed
+    aside = list(
+        (course / "grading" / "backups" / TOY).glob(f"not-collected-*/uma_1_2_{TOY}.ipynb")
+    )
+    assert aside and aside[0].read_text() == first  # nothing is lost
+    assert not (course.parent / "escape").exists() and not (course / "escape").exists()
+
+
+def test_whose_reads_the_lms_file_names():
+    from pathlib import PurePosixPath as P
+
+    assert instructor.whose(P("kim_12345_67890_a1.ipynb")) == ("kim", "a1")
+    assert instructor.whose(P("Kim_late_1_2_a1-2.ipynb")) == ("kim", "a1")
+    assert instructor.whose(P("Mo Salah_4711_assignsubmission_file_/a1 (1).ipynb")) == (
+        "4711",
+        "a1",
+    )
+    assert instructor.whose(P("course/frank_g/a1.ipynb")) == ("frank_g", "a1")
+    assert instructor.whose(P("a1.ipynb")) is None
+    assert instructor.whose(P("kim/notes.txt")) is None
