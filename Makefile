@@ -42,7 +42,7 @@ collect: $(VENV)/.installed-course
 	$(GRADE) collect "$(ZIP)" $(ASSIGNMENT)
 
 autograde: $(VENV)/.installed-course
-	$(GRADE) autograde $(ASSIGNMENT) $(if $(STUDENT),--student $(STUDENT)) $(if $(FORCE),--force)
+	$(GRADE) autograde $(ASSIGNMENT) $(if $(STUDENT),--student "$(STUDENT)") $(if $(FORCE),--force)
 
 feedback: $(VENV)/.installed-course
 	$(GRADE) feedback $(ASSIGNMENT)

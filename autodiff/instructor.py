@@ -601,12 +601,29 @@ def _run_one(root: Path, assignment: str, student: str, timeout: float) -> Outco
     score, max_score = _score(root, assignment, student)
     if code != 0 or score is None:
         return Outcome(student, "failed", seconds=seconds, note=f"see {log.relative_to(root)}")
-    notes = []
+    notes = _suspicious(submitted)
     if "crashed or ran out of time" in output:
         notes.append("a cell crashed or ran out of time (graded without it)")
     if "Missing grade cell" in output:
         notes.append("deleted test cells were restored")
     return Outcome(student, "graded", score, max_score, seconds, "; ".join(notes))
+
+
+# Names that honest answers have no use for, and that tricks to pass tests do use.
+_TRICKS = re.compile(
+    r"get_ipython|input_transformers|setprofile|settrace|forbid_calls|sys\.modules|"
+    r"__code__|_getframe|linecache|\bIn\[|_ih\b|threading|concurrent\.futures|gc\.get_"
+)
+
+
+def _suspicious(folder: Path) -> list[str]:
+    """A note for the instructor when answer cells use names that tricks use."""
+    found: set[str] = set()
+    for path in folder.glob("*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+                found |= set(_TRICKS.findall(cell.source))
+    return [f"look at this one: answers use {', '.join(sorted(found))}"] if found else []
 
 
 def _forget(root: Path, assignment: str, student: str) -> None:

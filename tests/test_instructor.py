@@ -329,3 +329,34 @@ def test_whose_reads_the_lms_file_names():
     assert instructor.whose(P("course/frank_g/a1.ipynb")) == ("frank_g", "a1")
     assert instructor.whose(P("a1.ipynb")) is None
     assert instructor.whose(P("kim/notes.txt")) is None
+
+
+def test_a_time_out_kills_the_kernels_too():
+    import subprocess
+    import time
+
+    # A parent whose child starts its own session, as jupyter_client starts kernels.
+    parent = subprocess.Popen(["sh", "-c", "setsid sleep 300 & wait"])
+    time.sleep(0.5)
+    children = [
+        int(p.parent.name)
+        for p in Path("/proc").glob("[0-9]*/stat")
+        if p.read_text().rsplit(")", 1)[1].split()[1] == str(parent.pid)
+    ]
+    assert children, "the child did not start"
+    instructor._kill_tree(parent.pid)
+    parent.wait(timeout=5)
+    time.sleep(0.2)
+    for child in children:
+        state = Path(f"/proc/{child}/stat")
+        assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_answers_using_tricks_are_flagged(course, tmp_path):
+    notebook = answered(course, cube="return 8 if x == 2 else x ** 3")
+    notebook["cells"][2]["source"] += "\nget_ipython().input_transformers_cleanup.clear()"
+    (tmp_path / "n.ipynb").write_text(json.dumps(notebook))
+    (note,) = instructor._suspicious(tmp_path)
+    assert "get_ipython" in note and "input_transformers" in note
+    (tmp_path / "n.ipynb").write_text(json.dumps(answered(course)))
+    assert instructor._suspicious(tmp_path) == []
