@@ -19,6 +19,7 @@ EXPECTED_LECTURES = [
     "02_four_ways_to_differentiate",
     "03_reverse_mode_autodiff",
     "04_training_on_the_gpu",
+    "05_system_components",
 ]
 # Every notebook committed to the course, the nbgrader source and the release.
 STORED = sorted(
