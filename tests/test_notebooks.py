@@ -65,7 +65,7 @@ def failing_cell(notebook):
     return None
 
 
-def test_the_four_lectures_exist():
+def test_every_lecture_exists():
     assert [path.stem for path in LECTURES] == EXPECTED_LECTURES
 
 
