@@ -26,6 +26,7 @@ PARTIAL = {
     "a2_forward_mode": (["classic_partials", "forward_passes"], 16),
     "a3_reverse_mode": (["sum_op", "gradient_error"], 15),
     "a4_training": (["accuracy", "plot_loss"], 15),
+    "a5_memory": (["checkpointing"], 7),
 }
 
 
