@@ -649,16 +649,20 @@ def _unreadable_notebook(folder: Path) -> str:
     return ""
 
 
+def _database_url(root: Path) -> str:
+    """The gradebook's URL, as nbgrader_config.py sets it."""
+    return os.environ.get("NBGRADER_DB_URL", f"sqlite:///{root / 'gradebook.db'}")
+
+
 def _database_file(root: Path) -> Path | None:
-    url = os.environ.get("NBGRADER_DB_URL", f"sqlite:///{root / 'gradebook.db'}")
+    url = _database_url(root)
     return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
 
 
 def _gradebook(root: Path):
     from nbgrader.api import Gradebook
 
-    url = os.environ.get("NBGRADER_DB_URL", f"sqlite:///{root / 'gradebook.db'}")
-    return Gradebook(url, "autodiff")
+    return Gradebook(_database_url(root), "autodiff")
 
 
 def _grades(root: Path, exclude: str) -> dict:

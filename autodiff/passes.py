@@ -381,13 +381,19 @@ def _zeros_shaped_like(node: Node, facts: _Facts) -> Node | None:
 # Each identity: (node, facts) -> a replacement, or None when it does not apply.
 
 
-def times_one(node: Node, facts: _Facts) -> Node | None:
-    """x * 1 = x and 1 * x = x."""
+def _drop_neutral(node: Node, facts: _Facts, neutral: int) -> Node | None:
+    """The input that remains when the other is filled with ``neutral`` (and the
+    result keeps that input's shape and dtype)."""
     a, b = node.inputs
     for x, other in ((a, b), (b, a)):
-        if facts.fill(other) == 1 and facts.same_signature(x, node):
+        if facts.fill(other) == neutral and facts.same_signature(x, node):
             return x
     return None
+
+
+def times_one(node: Node, facts: _Facts) -> Node | None:
+    """x * 1 = x and 1 * x = x."""
+    return _drop_neutral(node, facts, 1)
 
 
 def times_zero(node: Node, facts: _Facts) -> Node | None:
@@ -405,11 +411,7 @@ def over_one(node: Node, facts: _Facts) -> Node | None:
 
 def plus_zero(node: Node, facts: _Facts) -> Node | None:
     """x + 0 = x and 0 + x = x."""
-    a, b = node.inputs
-    for x, other in ((a, b), (b, a)):
-        if facts.fill(other) == 0 and facts.same_signature(x, node):
-            return x
-    return None
+    return _drop_neutral(node, facts, 0)
 
 
 def minus_zero(node: Node, facts: _Facts) -> Node | None:
