@@ -28,8 +28,11 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: $(VENV)/.installed-course
 	$(BIN)/jupyter lab $(ALLOW_ROOT)
 
+# Everything, then the GPU tests again on a CuPy double (tests/fakecupy.py), so that the
+# GPU code paths run even where there is no GPU.
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
+	AUTODIFF_FAKE_GPU=1 $(BIN)/python -m pytest -m gpu -q
 
 # --- grading with nbgrader (nbgrader_config.py; autodiff/instructor.py) ---
 GRADE := $(BIN)/python -m autodiff.instructor

@@ -1,6 +1,9 @@
-"""Shared test settings: hypothesis profiles (CI is derandomised, so a run is repeatable)."""
+"""Shared test settings: hypothesis profiles (CI is derandomised, so a run is repeatable),
+and, with ``AUTODIFF_FAKE_GPU=1``, a CuPy double in place of CuPy (fakecupy.py), so that
+``pytest -m gpu`` runs the GPU tests' code paths on a machine without a GPU."""
 
 import os
+import sys
 
 from hypothesis import HealthCheck, settings
 
@@ -14,3 +17,8 @@ settings.register_profile(
 settings.register_profile("dev", deadline=None, max_examples=30)
 settings.register_profile("thorough", deadline=None, max_examples=300)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+if os.environ.get("AUTODIFF_FAKE_GPU") == "1":
+    import fakecupy
+
+    sys.modules["cupy"] = fakecupy

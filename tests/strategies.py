@@ -342,8 +342,15 @@ def expressions(with_functions=False, max_leaves=8, fractions=False, specials=()
 
 HAS_GPU = "gpu" in ad.backend.available_devices()
 NO_GPU = "no GPU here: the gpu tests need CuPy and a CUDA device (pip install -e '.[gpu]')"
-requires_gpu = pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)
-DEVICES = [pytest.param("cpu"), pytest.param("gpu", marks=requires_gpu)]
+GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)]
+DEVICES = [pytest.param("cpu"), pytest.param("gpu", marks=GPU_MARKS)]
+
+
+def requires_gpu(test):
+    """Mark a test ``gpu`` (select with ``-m gpu``) and skip it, saying why, without one."""
+    for mark in GPU_MARKS:
+        test = mark(test)
+    return test
 
 
 # -- random graphs (memory planning) ----------------------------------------------------

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import autodiff as ad
-from autodiff import backend
-from strategies import OP_CASES, requires_gpu
+from autodiff import backend, data, nn, optim
+from strategies import DEVICES, OP_CASES, requires_gpu
 
 OPS = sorted(name for name, cls in ad.Op.registry.items() if not cls.is_leaf)
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
@@ -137,3 +137,91 @@ def test_synchronize_is_a_no_op_with_cupy_but_no_gpu(monkeypatch):
     monkeypatch.setattr(backend, "_cupy", NoDevice)
     assert backend.available_devices() == ["cpu"]
     backend.synchronize()  # returns quietly instead of raising
+
+
+# -- every device (the GPU through CuPy, or its double: AUTODIFF_FAKE_GPU=1 pytest -m gpu) ----
+
+
+def on(device, array):
+    return backend.to_device(np.asarray(array, dtype=np.float32), device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_mode_runs_on_each_device(device):
+    from autodiff import forward
+
+    x, v = on(device, [0.5, 1.0, 2.0]), on(device, [1.0, 0.0, -1.0])
+
+    def f(a):
+        return forward.sin(a) * a
+
+    value, tangent = forward.jvp(f, x, v)
+    jac = forward.jacobian(f, x)
+    assert {backend.device_of(a) for a in (value, tangent, jac)} == {device}
+    xs, vs = backend.to_numpy(x), backend.to_numpy(v)
+    np.testing.assert_allclose(backend.to_numpy(tangent), (np.cos(xs) * xs + np.sin(xs)) * vs, 1e-6)
+    np.testing.assert_allclose(
+        backend.to_numpy(jac), np.diag(np.cos(xs) * xs + np.sin(xs)), rtol=1e-6
+    )
+    assert value.dtype == tangent.dtype == jac.dtype == np.float32
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_graphs_on_each_device_are_drawn_with_their_values(device):
+    x = ad.tensor(on(device, [1.0, 2.0]), name="x")
+    y = (ad.sin(x) * x).sum()
+    drawing = ad.viz.draw(y).source  # labels read the values from the device
+    assert "= [0.8415, 1.819]" in drawing and "= 2.66" in drawing
+    picture = ad.viz.side_by_side(y, [x]).source
+    assert "= [1.382, 0.077]" in picture  # the gradient node: cos(x) x + sin(x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "make", [lambda p: optim.SGD(p, lr=0.1, momentum=0.9), lambda p: optim.Adam(p, lr=0.1)]
+)
+def test_optimisers_take_the_same_steps_on_each_device(device, make):
+    start, grads = np.array([1.0, -2.0, 3.0]), [np.array([0.5, 0.5, -1.0]), np.array([1, 0, 2.0])]
+    reference, moved = ad.tensor(start), ad.tensor(on(device, start))
+    ref_opt, opt = make([reference]), make([moved])
+    for g in grads:
+        ref_opt.step([g])
+        opt.step([on(device, g)])
+    assert backend.device_of(moved.value) == device and moved.dtype == np.float32
+    np.testing.assert_allclose(backend.to_numpy(moved.value), reference.value, rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rebuilt_training_and_accuracy_on_each_device(device):
+    x, y = data.xor()
+    model = nn.MLP([2, 8, 2], activation="tanh", device=device, seed=0)
+    opt = optim.Adam(model.parameters(), lr=0.05)
+    history = nn.train(
+        model, nn.cross_entropy, opt, x, y, epochs=150, progress=False, compiled=False
+    )
+    assert history.loss[-1] < history.loss[0] / 4
+    assert nn.accuracy(model, x, y) == 1.0
+
+
+def test_the_cupy_double_refuses_what_cupy_refuses():
+    """tests/fakecupy.py must fail where CuPy fails, or the -m gpu run proves nothing."""
+    import fakecupy
+
+    gpu = fakecupy.asarray(np.ones(3, dtype=np.float32))
+    assert type(gpu).__module__.startswith("cupy") and backend.device_of(gpu) == "gpu"
+    for mistake in (
+        lambda: np.asarray(gpu),  # an implicit copy to the host
+        lambda: np.array([gpu[0], gpu[1]]),
+        lambda: gpu + np.ones(3),  # CuPy and NumPy arrays in one op
+        lambda: fakecupy.add(gpu, np.ones(3)),
+    ):
+        with pytest.raises(TypeError):
+            mistake()
+    assert isinstance(np.exp(gpu), fakecupy.ndarray)  # NumPy functions dispatch to "CuPy"
+    assert isinstance(gpu.sum(), fakecupy.ndarray)  # reductions stay on the device
+    np.testing.assert_array_equal((gpu * 2 + np.float32(1)).get(), [3, 3, 3])
+    used = fakecupy.get_default_memory_pool().used_bytes()
+    extra = fakecupy.zeros(1000, dtype=np.float64)
+    assert fakecupy.get_default_memory_pool().used_bytes() == used + 8000
+    del extra
+    assert fakecupy.get_default_memory_pool().used_bytes() == used

@@ -11,6 +11,8 @@ import re
 
 import pytest
 
+from strategies import requires_gpu
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE = ROOT / "course"
 LECTURES = sorted(COURSE.glob("*.ipynb"))
@@ -69,12 +71,15 @@ def test_every_lecture_exists():
     assert [path.stem for path in LECTURES] == EXPECTED_LECTURES
 
 
-@pytest.mark.notebooks
-@pytest.mark.parametrize("path", LECTURES, ids=lambda path: path.stem)
-def test_lecture_runs_top_to_bottom(path):
+def run_notebook(path, first_cell=None):
+    """Run a notebook in a fresh kernel and return it with its outputs; fail the test,
+    naming the cell, if a cell raises, runs over time or writes into the repository.
+    ``first_cell``: code run before the notebook's own cells."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     notebook = nbformat.read(path, as_version=4)
+    if first_cell:
+        notebook.cells.insert(0, nbformat.v4.new_code_cell(first_cell))
     before = repository_files()
     client = nbclient.NotebookClient(
         notebook,
@@ -96,6 +101,40 @@ def test_lecture_runs_top_to_bottom(path):
         f"{path.name} wrote files into the repository: {left_behind}. "
         f"Write figures for slides to a temporary directory instead."
     )
+    return notebook
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("path", LECTURES, ids=lambda path: path.stem)
+def test_lecture_runs_top_to_bottom(path):
+    run_notebook(path)
+
+
+@pytest.mark.notebooks
+@requires_gpu
+def test_lecture_4_shows_the_gpu_when_there_is_one():
+    """The GPU branches of lecture 4: the memory-pool plot and the CPU vs GPU table. On
+    the CuPy double (AUTODIFF_FAKE_GPU=1) the kernel is given the double as ``cupy``."""
+    setup = None
+    if os.environ.get("AUTODIFF_FAKE_GPU") == "1":
+        tests = str(pathlib.Path(__file__).parent)
+        setup = (
+            f"import sys\nsys.path.insert(0, {tests!r})\n"
+            "import fakecupy\nsys.modules['cupy'] = fakecupy"
+        )
+    notebook = run_notebook(COURSE / "04_training_on_the_gpu.ipynb", setup)
+    outputs = [
+        output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
+    ]
+    text = "\n".join(
+        str(output.get("text", "")) + str(output.get("data", {}).get("text/markdown", ""))
+        for output in outputs
+    )
+    assert "'gpu'" in text and "No GPU" not in text
+    table = re.findall(r"\| (\d+) \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", text)
+    assert table == ["16", "64", "256", "512", "1024", "2048", "4096"]
+    pool_plot = [c for c in notebook.cells if c.cell_type == "code" and "memory_info()" in c.source]
+    assert pool_plot and any("image/png" in o.get("data", {}) for o in pool_plot[0].outputs)
 
 
 @pytest.mark.parametrize("path", STORED, ids=relative)

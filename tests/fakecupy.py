@@ -1,0 +1,277 @@
+"""A stand-in for CuPy, so that the GPU code paths run (and fail) where there is no GPU.
+
+CI has no GPU, and the sessions that write this kit mostly have none either: without a
+double, every ``if device == "gpu"`` path and every op on CuPy arrays would first run on
+a student's GPU. This module copies the behaviour of CuPy that trips NumPy code:
+
+* its arrays are a different type, from a module whose name starts with ``cupy``
+  (that is how ``autodiff.backend`` tells the devices apart);
+* an array never turns into a NumPy array by itself: ``numpy.asarray(gpu_array)``
+  raises ``TypeError``, as in CuPy; ``.get()`` copies it to the host explicitly;
+* CuPy functions refuse NumPy arrays (``cupy.add(gpu, cpu)`` raises ``TypeError``);
+  NumPy scalars and Python numbers are fine;
+* NumPy functions called on a CuPy array dispatch to CuPy (``__array_ufunc__``,
+  ``__array_function__``), and return CuPy arrays;
+* a memory pool (``get_default_memory_pool``), ``cuda.runtime.getDeviceCount``,
+  ``cuda.Device().synchronize`` and ``fuse`` (which, as CuPy does for NumPy inputs,
+  runs the Python function; ``fuse.calls`` counts the calls for the tests).
+
+Values are computed by NumPy, so a test against this double checks the code paths and
+dtypes, not CUDA's arithmetic. ``AUTODIFF_FAKE_GPU=1 pytest -m gpu`` (``make test`` runs
+it) installs it as ``cupy`` before the tests are collected (conftest.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from types import SimpleNamespace
+
+import numpy
+
+__version__ = "0.0-double"
+
+
+def _refuse(value):
+    raise TypeError(f"Unsupported type {type(value)}")
+
+
+def _unwrap(value):
+    """NumPy values for NumPy to compute on; a NumPy array here is a device mix-up."""
+    if isinstance(value, ndarray):
+        return value._array
+    if isinstance(value, numpy.ndarray):
+        _refuse(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap(v) for v in value)
+    return value
+
+
+def _wrap(value):
+    if isinstance(value, numpy.ndarray):
+        return ndarray(value)
+    if isinstance(value, tuple):
+        return tuple(_wrap(v) for v in value)
+    if isinstance(value, list):
+        return [_wrap(v) for v in value]
+    if isinstance(value, numpy.generic):  # CuPy reductions return 0-d arrays, not scalars
+        return ndarray(numpy.asarray(value))
+    return value
+
+
+class ndarray:  # noqa: N801 (CuPy's name)
+    """A device array: a NumPy array that only leaves through ``.get()``."""
+
+    __array_priority__ = 100
+
+    def __init__(self, array):
+        self._array = array
+        _pool.track(self)
+
+    # what CuPy refuses
+    def __array__(self, *args, **kwargs):
+        raise TypeError(
+            "Implicit conversion to a NumPy array is not allowed. "
+            "Please use `.get()` to construct a NumPy array explicitly."
+        )
+
+    def __iter__(self):
+        return (_wrap(row) for row in self._array)
+
+    # what CuPy allows
+    def get(self):
+        return self._array.copy()
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        outs = kwargs.get("out")
+        if outs is not None:
+            kwargs["out"] = tuple(_unwrap(o) for o in outs)
+        result = getattr(ufunc, method)(*_unwrap(inputs), **kwargs)
+        if outs is not None and len(outs) == 1:
+            return outs[0]  # the device array that was written into
+        return _wrap(result)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return _wrap(func(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
+
+    def __getitem__(self, key):
+        return _wrap(self._array[_unwrap(key)])
+
+    def __setitem__(self, key, value):
+        self._array[_unwrap(key)] = _unwrap(value)
+
+    def __getattr__(self, name):
+        if name == "_array" or name.startswith("__"):
+            # _array: not set yet (copy, pickle). Dunders: NumPy would read the memory
+            # through __array_interface__, which a GPU array does not offer.
+            raise AttributeError(name)
+        attr = getattr(self._array, name)
+        if callable(attr):
+            return lambda *a, **k: _wrap(attr(*_unwrap(a), **{n: _unwrap(v) for n, v in k.items()}))
+        return _wrap(attr)
+
+    def __len__(self):
+        return len(self._array)
+
+    def __float__(self):
+        return float(self._array)
+
+    def __int__(self):
+        return int(self._array)
+
+    def __bool__(self):
+        return bool(self._array)
+
+    def __repr__(self):
+        return repr(self._array).replace("array", "fakecupy.array", 1)
+
+    @property
+    def T(self):
+        return ndarray(self._array.T)
+
+    @property
+    def shape(self):
+        return self._array.shape
+
+    @property
+    def dtype(self):
+        return self._array.dtype
+
+    # operators: the ufuncs, through __array_ufunc__
+    def _binary(ufunc, reflected=False):
+        if reflected:
+            return lambda self, other: ufunc(other, self)
+        return lambda self, other: ufunc(self, other)
+
+    def _in_place(ufunc):
+        def operator(self, other):
+            ufunc(self, other, out=self)
+            return self
+
+        return operator
+
+    __add__, __radd__, __iadd__ = _binary(numpy.add), _binary(numpy.add, True), _in_place(numpy.add)
+    __sub__, __rsub__ = _binary(numpy.subtract), _binary(numpy.subtract, True)
+    __isub__ = _in_place(numpy.subtract)
+    __mul__, __rmul__ = _binary(numpy.multiply), _binary(numpy.multiply, True)
+    __imul__ = _in_place(numpy.multiply)
+    __truediv__, __rtruediv__ = _binary(numpy.divide), _binary(numpy.divide, True)
+    __itruediv__ = _in_place(numpy.divide)
+    __pow__, __rpow__ = _binary(numpy.power), _binary(numpy.power, True)
+    __matmul__, __rmatmul__ = _binary(numpy.matmul), _binary(numpy.matmul, True)
+    __lt__, __le__ = _binary(numpy.less), _binary(numpy.less_equal)
+    __gt__, __ge__ = _binary(numpy.greater), _binary(numpy.greater_equal)
+    __eq__, __ne__ = _binary(numpy.equal), _binary(numpy.not_equal)  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]
+
+    def __neg__(self):
+        return numpy.negative(self)
+
+    def __abs__(self):
+        return numpy.absolute(self)
+
+    del _binary, _in_place
+
+
+ndarray.__module__ = "cupy._core.core"
+
+
+class _MemoryPool:
+    """Bytes of live device arrays (``used``), and the most ever live (``total``): a
+    pool keeps freed blocks, so what it holds only grows to the peak of live arrays."""
+
+    def __init__(self):
+        self._live: dict[int, int] = {}
+        self._held = 0
+
+    def track(self, array: ndarray) -> None:
+        buffer = array._array
+        if buffer.base is not None or id(buffer) in self._live:
+            return  # a view (its memory belongs to another array), or known already
+        self._live[id(buffer)] = buffer.nbytes
+        weakref.finalize(buffer, self._live.pop, id(buffer), None)
+        self._held = max(self._held, sum(self._live.values()))
+
+    def used_bytes(self) -> int:
+        return sum(self._live.values())
+
+    def total_bytes(self) -> int:
+        return self._held
+
+
+_pool = _MemoryPool()
+
+
+def get_default_memory_pool() -> _MemoryPool:
+    return _pool
+
+
+class _Device:
+    def synchronize(self) -> None:
+        pass
+
+
+cuda = SimpleNamespace(runtime=SimpleNamespace(getDeviceCount=lambda: 1), Device=_Device)
+
+
+def asarray(data, dtype=None):
+    """Host data to the device (explicit, so NumPy arrays are welcome here)."""
+    if isinstance(data, ndarray):
+        return data if dtype is None or data.dtype == dtype else data.astype(dtype)
+    return ndarray(numpy.array(data, dtype=dtype))
+
+
+def array(data, dtype=None, copy=True):
+    if isinstance(data, ndarray):
+        return ndarray(numpy.array(data._array, dtype=dtype, copy=copy))
+    return ndarray(numpy.array(data, dtype=dtype))
+
+
+def fuse(*args, **kwargs):
+    """``@cupy.fuse()`` or ``cupy.fuse(kernel_name=...)(f)``: counts calls, runs ``f``."""
+
+    def decorate(function):
+        @functools.wraps(function)
+        def fused(*inputs):
+            fuse.calls += 1
+            return function(*inputs)
+
+        return fused
+
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return decorate(args[0])
+    return decorate
+
+
+fuse.calls = 0  # type: ignore[attr-defined]
+
+
+class _Random:
+    """``cupy.random``: the legacy functions the kit uses, with a dtype= (as in CuPy)."""
+
+    def __init__(self):
+        self._rng = numpy.random.default_rng(0)
+
+    def standard_normal(self, size=None, dtype=float):
+        return ndarray(self._rng.standard_normal(size).astype(dtype))
+
+    def randint(self, low, high=None, size=None, dtype=int):
+        return ndarray(self._rng.integers(low, high, size).astype(dtype))
+
+
+random = _Random()
+
+
+def __getattr__(name):
+    """Every other NumPy function, on device arrays only; constants as they are."""
+    attr = getattr(numpy, name)
+    if callable(attr) and not isinstance(attr, type):
+
+        @functools.wraps(attr)
+        def on_device(*args, **kwargs):
+            result = attr(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})
+            out = kwargs.get("out")
+            return out if isinstance(out, ndarray) else _wrap(result)
+
+        return on_device
+    return attr
