@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import backend, passes
+from . import backend, fusion, passes
+from .fusion import FusionReport
 from .graph import (
     Constant,
     Node,
@@ -93,6 +94,10 @@ class Executor:
     the result: ``small, _ = passes.optimize(nodes)``, then
     ``Executor(small, plan=memory.plan(small, feed))``.
 
+    ``fuse=True`` runs each group of elementwise ops as one node, which is one kernel
+    on the GPU (``autodiff.fusion``; ``fusion_report`` lists the groups). On the CPU
+    the values are the same, bit for bit. Only placeholders and tensors may be fed.
+
     >>> import autodiff as ad
     >>> x = ad.Variable("x")
     >>> [float(v) for v in Executor([x * x, x + 1]).run({x: 3.0})]
@@ -105,25 +110,31 @@ class Executor:
         plan: MemoryPlan | None = None,
         *,
         optimize: bool = False,
+        fuse: bool = False,
     ):
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         for node in self.nodes:
             if not isinstance(node, Node):
                 raise TypeError(f"Executor takes Nodes, got {type(node).__name__}: {node!r}")
-        if plan is not None and optimize:
+        if plan is not None and (optimize or fuse):
+            rewrite = "ad.passes.optimize" if optimize else "ad.fusion.fuse_elementwise"
             raise ValueError(
-                "Executor: plan= and optimize=True together would plan one graph and run "
-                "another. Optimize first, then plan the result: small, _ = "
-                "ad.passes.optimize(nodes); Executor(small, plan=ad.memory.plan(small, feed))"
+                f"Executor: plan= with {'optimize' if optimize else 'fuse'}=True would plan "
+                f"one graph and run another. {'Optimize' if optimize else 'Fuse'} first, then "
+                f"plan the result: small, _ = "
+                f"{rewrite}(nodes); Executor(small, plan=ad.memory.plan(small, feed))"
             )
         self.optimize_report: OptimizeReport | None = None
+        self.fusion_report: FusionReport | None = None
         self._run_nodes = self.nodes
         if optimize:
             self._run_nodes, self.optimize_report = passes.optimize(self.nodes)
+        if fuse:
+            self._run_nodes, self.fusion_report = fusion.fuse_elementwise(self._run_nodes)
         self.topo_order = find_topo_sort(self._run_nodes)
         self._steps, self._slot = schedule(self.topo_order, set(self._run_nodes))
         # Feeds name leaves of the graph asked for, which optimising may have removed.
-        graph = find_topo_sort(self.nodes) if optimize else self.topo_order
+        graph = find_topo_sort(self.nodes) if optimize or fuse else self.topo_order
         self._leaves = [node for node in graph if node.op.is_leaf]
         # An output that optimising turned into a leaf would hand out the leaf's own
         # array, which the caller may change in place (p -= lr * grad): copy those.
@@ -166,6 +177,14 @@ class Executor:
         }
         if self.optimize_report is not None:
             feeds = {node: _check_optimized_feed(node, value) for node, value in feeds.items()}
+        elif self.fusion_report is not None:
+            for node in feeds:
+                if not isinstance(node.op, (Placeholder, TensorLeaf)):
+                    raise ValueError(
+                        f"Executor(fuse=True) cannot feed '{node.name}' ({node.op.name}): "
+                        f"fusion may have merged it into a fused group. Feed placeholders "
+                        f"and tensors only, or build the Executor with fuse=False."
+                    )
         return feeds
 
 

@@ -19,6 +19,7 @@ import gc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from . import backend
 from .checkpoint import Recomputation, choose_checkpoints
@@ -100,11 +101,9 @@ def _check_nodes(function: str, output, wrt) -> list[Node]:
 
 def _depends_on(topo_order: Sequence[Node], wrt: Sequence[Node]) -> set[Node]:
     """The nodes whose value changes when some node in ``wrt`` changes."""
-    sources = {x for x in wrt if not isinstance(x.op, Constant)}
-    depends: set[Node] = set()
+    depends = {x for x in wrt if not isinstance(x.op, Constant)}
     for node in topo_order:
-        if node in sources:
-            depends.add(node)
+        if node in depends:
             continue
         for x in node.inputs:
             if x in depends:
@@ -132,9 +131,15 @@ def _input_gradients(node: Node, output_grad: Node) -> list[Node | None]:
 
 
 def _reverse_pass(
-    output: Node, wrt: list[Node], output_grad: Node, recompute: Recomputation | None = None
+    output: Node,
+    wrt: list[Node],
+    output_grad: Node,
+    recompute: Recomputation | None = None,
+    order: Sequence[Node] | None = None,
 ) -> list[Node]:
-    topo_order = find_topo_sort([output])
+    """The adjoints of ``wrt``. ``order``: the nodes to walk, in topological order
+    (default: all that ``output`` depends on); a fused node walks only its group."""
+    topo_order = find_topo_sort([output]) if order is None else order
     on_path = _depends_on(topo_order, wrt)
     contributions: dict[Node, list[Node]] = {output: [output_grad]}
     adjoint: dict[Node, Node] = {}
@@ -158,6 +163,9 @@ def _reverse_pass(
                 grad = sum_to_like(grad, rule_node.inputs[index])
             contributions.setdefault(x, []).append(grad)
             sent.append(grad)
+    for x in wrt:  # not walked (outside ``order``): its contributions are its adjoint
+        if x not in adjoint and contributions.get(x):
+            adjoint[x] = _sum_contributions(contributions[x])
     return [adjoint[x] if x in adjoint else zeros_like(x) for x in wrt]
 
 
@@ -211,11 +219,13 @@ def gradients(
     return grads
 
 
-def _forward_pass(output: Node, tangent: dict[Node, Node]) -> Node:
-    for node in find_topo_sort([output]):
+def _forward_pass(
+    output: Node, tangent: dict[Node, Node], order: Sequence[Node] | None = None
+) -> Node:
+    for node in find_topo_sort([output]) if order is None else order:
         if node in tangent or node.op.is_leaf:
             continue
-        input_tangents = [tangent.get(x) for x in node.inputs]
+        input_tangents: list[Any] = [tangent.get(x) for x in node.inputs]
         if all(t is None for t in input_tangents):
             continue  # nothing here depends on wrt
         for i, x in enumerate(node.inputs):

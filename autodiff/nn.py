@@ -187,7 +187,8 @@ def _step_function(model: Module, loss_fn: Callable, x: Any, y: Any, compiled: b
     x_var = Variable("x", shape=(None, *x.shape[1:]), dtype=x.dtype)
     y_var = Variable("y", shape=(None, *y.shape[1:]), dtype=y.dtype)
     loss = loss_fn(model(x_var), y_var)
-    executor = Executor([loss, *gradients(loss, params)])
+    # On the GPU each run of elementwise ops becomes one kernel (autodiff/fusion.py).
+    executor = Executor([loss, *gradients(loss, params)], fuse=model.device == "gpu")
     return lambda xb, yb: executor.run({x_var: xb, y_var: yb})
 
 

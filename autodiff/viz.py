@@ -348,7 +348,7 @@ def _attrs_text(node: Node) -> str | None:
     for key, value in node.attrs.items():
         if value is None or value is False or isinstance(value, dict):
             continue
-        shown.append(f"{key}={value}")
+        shown.append(str(value) if key == "program" else f"{key}={value}")  # fused: a formula
     return ", ".join(shown) or None
 
 

@@ -2,9 +2,13 @@
 
     python benchmarks/bench_gpu.py             # needs CuPy, PyTorch with CUDA, and a GPU
     python benchmarks/bench_gpu.py --quick
+    python benchmarks/bench_gpu.py --quick --no-torch   # autodiff alone
 
 * ``mlp``: one training step (forward, backward, SGD) of MLP 4096-4096-4096-10, batch
   4096, float32, ReLU, softmax cross-entropy. Target: autodiff within 1.2x of PyTorch.
+  Compiled (one graph, run per step) with and without fusion, and rebuilt every step.
+* ``fusion``: value and gradient of an elementwise formula on 2**24 float32 numbers,
+  where fusion matters most: ops one kernel each, fused (``Executor(fuse=True)``), PyTorch.
 * ``xor``: 1000 steps of the XOR loop (MLP 2-8-2), where launch overhead dominates.
 * ``memory``: CuPy pool bytes after 10, 100 and 1000 rebuilt-graph steps (must stay flat).
 
@@ -21,7 +25,7 @@ import autodiff as ad
 from autodiff import backend, data, nn, optim
 
 
-def autodiff_mlp_step(sizes, batch, compiled=True):
+def autodiff_mlp_step(sizes, batch, compiled=True, fuse=False):
     model = nn.MLP(sizes, device="gpu", seed=0)
     opt = optim.SGD(model.parameters(), lr=0.01)
     xp = backend.namespace(model.parameters()[0].value)
@@ -32,7 +36,7 @@ def autodiff_mlp_step(sizes, batch, compiled=True):
         xv = ad.Variable("x", shape=(None, sizes[0]), dtype="float32")
         yv = ad.Variable("y", shape=(None,), dtype=y.dtype)
         loss = nn.cross_entropy(model(xv), yv)
-        executor = ad.Executor([loss, *ad.gradients(loss, params)])
+        executor = ad.Executor([loss, *ad.gradients(loss, params)], fuse=fuse)
 
         def step():
             _, *grads = executor.run({xv: x, yv: y})
@@ -81,25 +85,62 @@ def timed(step, sync, repeat, number):
 
 
 def bench_mlp(args):
-    sizes, batch = (4096, 4096, 4096, 10), 4096
+    sizes, batch = (args.width, args.width, args.width, 10), args.width
     print(f"\n== MLP {'-'.join(map(str, sizes))}, batch {batch}, float32: ms per step ==")
     peers = {
         "autodiff compiled": (autodiff_mlp_step(sizes, batch, True), backend.synchronize),
+        "autodiff fused": (autodiff_mlp_step(sizes, batch, True, True), backend.synchronize),
         "autodiff rebuilt": (autodiff_mlp_step(sizes, batch, False), backend.synchronize),
-        "torch cuda": torch_mlp_step(sizes, batch),
     }
+    if args.torch:
+        peers["torch cuda"] = torch_mlp_step(sizes, batch)
+    report(peers, args, "ms", 1e3)
+
+
+def report(peers, args, unit, scale):
+    """Time the peers interleaved (they take turns), print medians and ratios."""
     times = {name: [] for name in peers}
-    for _ in range(args.repeat):  # interleaved: peers take turns
+    for _ in range(args.repeat):
         for name, (step, sync) in peers.items():
             times[name] += timed(step, sync, 1, args.number)
-    med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
+    med = {name: statistics.median(t) * scale for name, t in times.items()}
+    base = "torch cuda" if "torch cuda" in med else next(iter(med))
     for name in peers:
-        print(f"  {name:<20}{med[name]:>9.3f} ms   {med[name] / med['torch cuda']:.2f}x torch")
+        print(f"  {name:<20}{med[name]:>10.3f} {unit}   {med[name] / med[base]:.2f}x {base}")
+
+
+def formula(xp_or_ad, x):
+    """The elementwise formula of the fusion benchmark, for autodiff or torch."""
+    return (xp_or_ad.tanh(x) * xp_or_ad.sigmoid(x) + xp_or_ad.sin(x) * x).sum()
+
+
+def bench_fusion(args):
+    n = 2**20 if args.quick else 2**24
+    print(f"\n== elementwise formula and its gradient on {n} float32 numbers: us per run ==")
+    xp = backend.namespace(ad.tensor([0.0], device="gpu").value)
+    x_value = xp.random.standard_normal(n, dtype="float32")
+    x = ad.Variable("x", shape=(n,), dtype="float32")
+    y = formula(ad, x)
+    outputs = [y, *ad.gradients(y, [x])]
+    peers = {}
+    for name, fuse in (("autodiff unfused", False), ("autodiff fused", True)):
+        executor = ad.Executor(outputs, fuse=fuse)
+        peers[name] = (lambda e=executor: e.run({x: x_value}), backend.synchronize)
+    if args.torch:
+        import torch
+
+        xt = torch.as_tensor(x_value, device="cuda").requires_grad_()
+
+        def torch_step():
+            (grad,) = torch.autograd.grad(formula(torch, xt), [xt])
+            return grad
+
+        peers["torch cuda"] = (torch_step, torch.cuda.synchronize)
+    report(peers, args, "us", 1e6)
+    print(f"  fused kernels: {ad.fusion.kernel_counts()}")
 
 
 def bench_xor(args):
-    import torch
-
     x, y = data.xor()
     steps = 100 if args.quick else 1000
     print(f"\n== XOR, MLP 2-8-2, {steps} steps on the GPU: us per step ==")
@@ -116,6 +157,11 @@ def bench_xor(args):
     )
     backend.synchronize()
     ours = (time.perf_counter() - start) / steps * 1e6
+    if not args.torch:
+        print(f"  autodiff {ours:.0f} us")
+        return
+    import torch
+
     net = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)).cuda()
     opt = torch.optim.SGD(net.parameters(), lr=0.5, momentum=0.9)
     xt, yt = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
@@ -149,11 +195,14 @@ def bench_memory(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-torch", dest="torch", action="store_false", help="autodiff alone")
+    parser.add_argument("--width", type=int, default=4096, help="MLP width and batch size")
     args = parser.parse_args()
     args.repeat, args.number = (3, 2) if args.quick else (11, 5)
     if "gpu" not in backend.available_devices():
         raise SystemExit("bench_gpu: no GPU here (CuPy and a CUDA device are needed).")
     bench_mlp(args)
+    bench_fusion(args)
     bench_xor(args)
     bench_memory(args)
 

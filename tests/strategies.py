@@ -264,6 +264,26 @@ def steps(draw):
     return Case(lambda a: ad.step(a, at_zero), [x], lambda a: np.heaviside(a, at_zero))
 
 
+FUSED_FORMULAS = [  # smooth where the arguments are drawn (b in [0.5, 2])
+    lambda a, b: a * (1 - b * b),
+    lambda a, b: ad.tanh(a) / b + ad.exp(-a * a) * ad.sigmoid(b),
+    lambda a, b: ad.sqrt(b) ** 3 - ad.sin(a * b) + ad.log(b) * ad.cos(a),
+    lambda a, b: -(a - b) / (1 + b**2),
+]
+
+
+@st.composite
+def fused_ops(draw):
+    formula = draw(st.sampled_from(FUSED_FORMULAS))
+    a_shape, b_shape = draw(broadcasting_pairs).input_shapes
+    a, b = draw(arrays(a_shape)), draw(arrays(b_shape, floats(0.5, 2.0)))
+
+    def unfused(a, b):  # the reference: the same ops, one node each
+        return formula(ad.tensor(a), ad.tensor(b)).value
+
+    return Case(ad.fusion.fused(formula), [a, b], unfused)
+
+
 grid = st.integers(-4, 4).map(lambda k: k / 2)  # maximum's inputs never tie:
 off_grid = st.integers(-4, 4).map(lambda k: k / 2 + 0.25)  # they differ by >= 0.25
 positive = floats(0.5, 3.0)
@@ -302,6 +322,7 @@ OP_CASES = {
     "matmul": matmuls(),
     "one_hot": one_hots(),
     "softmax_cross_entropy": cross_entropies(),
+    "fused": fused_ops(),
 }
 
 

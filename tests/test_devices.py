@@ -225,3 +225,25 @@ def test_the_cupy_double_refuses_what_cupy_refuses():
     assert fakecupy.get_default_memory_pool().used_bytes() == used + 8000
     del extra
     assert fakecupy.get_default_memory_pool().used_bytes() == used
+
+
+@requires_gpu
+def test_the_gpu_benchmark_runs(capsys, monkeypatch):
+    """benchmarks/bench_gpu.py, small (timings are not checked, only that every part runs
+    and the fused kernels compiled): GPU time is scarce, a crash there wastes it."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "bench_gpu.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = ["bench_gpu.py", "--quick", "--width", "64"]
+    if importlib.util.find_spec("torch") is None or not __import__("torch").cuda.is_available():
+        args.append("--no-torch")  # PyTorch's side needs CUDA (the double has none)
+    monkeypatch.setattr("sys.argv", args)
+    bench.main()
+    out = capsys.readouterr().out
+    for row in ("autodiff compiled", "autodiff fused", "autodiff rebuilt", "after 1000 steps"):
+        assert row in out
+    assert "'failed': 0" in out and "'kernels': 0" not in out
