@@ -92,3 +92,20 @@ def test_the_readme_memory_example_runs(capsys):
     assert "in place over step" in capsys.readouterr().out
     plain_value = namespace["ad"].evaluate(namespace["dx"], namespace["feed"])
     assert np.array_equal(namespace["grad"], plain_value)
+
+
+def test_the_readme_fusion_example_runs(capsys):
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Kernel fusion", 1)[1]
+    code = section.split("```python", 1)[1].split("```")[0]
+    namespace = {}
+    exec(compile(code, "README.md (fusion)", "exec"), namespace)
+    report = namespace["report"]
+    assert (report.nodes_before, report.nodes_after) == (33, 21)
+    assert "1 group of 11 ops" in capsys.readouterr().out
+    ad, x = namespace["ad"], namespace["x"]
+    feed = {x: np.linspace(-1, 1, 1000, dtype="float32")}
+    plain = ad.Executor(namespace["outputs"]).run(feed)
+    for got, want in zip([namespace["value"], namespace["dx"]], plain, strict=True):
+        assert got.dtype == np.float32 and np.array_equal(got, want)
+    assert namespace["tanh_grad"](2.0, 0.5).op.name == "fused"
