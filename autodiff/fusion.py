@@ -41,7 +41,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import backend
-from .graph import Constant, Node, Op, Spec, Variable, as_node, deferred, find_topo_sort
+from .graph import (
+    Constant,
+    Node,
+    Op,
+    Spec,
+    Variable,
+    as_node,
+    deferred,
+    find_topo_sort,
+    spec_of,
+)
 from .ops.elementwise import Elementwise, OnesLike, ZerosLike
 from .passes import PassReport, _check_outputs, _copy, count_nodes
 
@@ -166,6 +176,7 @@ def _formula(instruction: Instruction, args: list[tuple[str, int]]) -> tuple[str
 # Compiled kernels, one per distinct program, and the programs CuPy could not compile.
 _kernels: dict[Program, Callable] = {}
 _failed: dict[Program, str] = {}
+_checked: set[tuple] = set()  # (program, input dtypes) whose result was checked once
 
 
 def _compute(op: Op, args: list, attrs: dict) -> Any:
@@ -208,10 +219,22 @@ class Fused(Op):
             kernel = _gpu_kernel(program, backend.namespace(*inputs))
             if kernel is not None:
                 try:
-                    return kernel(*inputs)
+                    return self._checked(kernel(*inputs), inputs, program)
                 except Exception as exc:  # noqa: BLE001 (any failure: run unfused instead)
                     _give_up(program, exc)
         return program.run(inputs, _run_checked)
+
+    def _checked(self, result: Any, inputs: tuple, program: Program) -> Any:
+        """The kernel's result, once its shape and dtype are seen to be the ops' own (the
+        first time for each program and input dtypes): float32 must stay float32."""
+        key = (program, tuple(backend.dtype_of(x) for x in inputs))
+        if key not in _checked:
+            expected = self.infer(*[spec_of(x) for x in inputs], program=program)
+            got = Spec(tuple(result.shape), result.dtype)
+            if got != Spec(tuple(expected.shape), expected.dtype):
+                raise TypeError(f"the kernel gave {got}, the ops give {expected}")
+            _checked.add(key)
+        return result
 
     def gradient(self, node: Node, output_grad: Node) -> list[Node | None]:
         from .gradients import _reverse_pass  # gradients.py needs the Executor, which needs us

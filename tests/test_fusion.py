@@ -251,3 +251,22 @@ def test_a_group_cupy_cannot_compile_runs_op_by_op_with_a_warning(monkeypatch):
         warnings.simplefilter("error")  # warned once: the second call is quiet
         double_exp(ad.tensor([2.0], device="gpu"))
     assert fusion.kernel_counts() == {"kernels": 0, "failed": 1}
+
+
+@requires_gpu
+def test_a_kernel_that_changes_the_dtype_is_not_used(monkeypatch):
+    """float32 must stay float32: a kernel whose result differs in dtype (or shape) from
+    the ops' own is dropped, once, for running the ops one at a time."""
+    xp = backend.namespace(ad.tensor([0.0], device="gpu").value)
+
+    def upcasting_fuse(**kwargs):
+        return lambda function: lambda *inputs: function(*inputs).astype("float64")
+
+    monkeypatch.setattr(xp, "fuse", upcasting_fuse)
+    monkeypatch.setattr(fusion, "_kernels", {})
+    monkeypatch.setattr(fusion, "_failed", {})
+    monkeypatch.setattr(fusion, "_checked", set())
+    square_plus_one = fusion.fused(lambda a: a * a + 1)
+    with pytest.warns(RuntimeWarning, match="float64"):
+        z = square_plus_one(ad.tensor(np.array([2.0], dtype=np.float32), device="gpu"))
+    assert z.dtype == np.float32 and float(z.value[0]) == 5.0
