@@ -5,8 +5,10 @@ import weakref
 
 import numpy as np
 import pytest
+from hypothesis import given
 
 import autodiff as ad
+from strategies import random_graphs
 
 
 def test_tensor_computes_at_once_and_variable_waits():
@@ -136,6 +138,75 @@ def test_executor_frees_an_intermediate_value_after_its_last_use():
     result = ad.Executor([out]).run({x: np.ones(1000)})
     np.testing.assert_allclose(result[0], np.cos(np.sin(2 * np.exp(np.ones(1000)))))
     assert alive_later == [False]  # exp(x) was freed once Capture had used it
+
+
+def test_executor_frees_values_after_their_last_use_on_every_run():
+    """The same promise on the straight-line path, which later runs take."""
+    captured, alive_later = [], []
+
+    class Capture(ad.Op, register=False):
+        """Y = 2 X, keeping a weak reference to the array X."""
+
+        def compute(self, x):
+            captured.append(weakref.ref(x))
+            return 2 * x
+
+    class Check(ad.Op, register=False):
+        """Y = X, noting whether the last captured array is still alive."""
+
+        def compute(self, x):
+            gc.collect()
+            alive_later.append(captured[-1]() is not None)
+            return x
+
+    x = ad.Variable("x")
+    executor = ad.Executor([Check.apply(ad.cos(ad.sin(Capture.apply(ad.exp(x)))))])
+    for _ in range(3):
+        executor.run({x: np.ones(1000)})
+    assert executor.source is not None and "del" in executor.source
+    assert alive_later == [False, False, False]
+
+
+def test_later_runs_are_straight_line_python_with_the_same_bits():
+    x, w = ad.Variable("x"), ad.tensor(np.linspace(-1, 1, 6).reshape(3, 2), name="w")
+    y = ad.tanh(x @ w).sum()
+    executor = ad.Executor([y, *ad.gradients(y, [w, x])])
+    feed = {x: np.arange(6.0).reshape(2, 3) / 5}
+    first = executor.run(feed)
+    assert executor.source is None  # the first run is the checked one
+    second = executor.run(feed)
+    assert executor.source.startswith("def run(values):") and "# matmul" in executor.source
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@given(random_graphs())
+def test_straight_line_runs_match_the_checked_run_on_random_graphs(graph):
+    executor = ad.Executor(graph.outputs)
+    checked = executor.run(graph.feed)
+    for _ in range(2):
+        for a, b in zip(executor.run(graph.feed), checked, strict=True):
+            assert np.result_type(a) == np.result_type(b)
+            np.testing.assert_array_equal(a, b)
+    assert executor.source is not None
+
+
+def test_later_runs_still_check_dtypes_and_explain_errors():
+    x = ad.Variable("x")
+    executor = ad.Executor([ad.sin(x) * 2])
+    executor.run({x: np.ones(3)})
+    executor.run({x: np.ones(3)})  # straight-line from now on, for float64
+    with pytest.raises(ad.DTypeError, match="sin: input 0 has dtype int64"):
+        executor.run({x: np.ones(3, dtype=np.int64)})  # new dtypes: a checked run
+    w = ad.Variable("w")
+    executor = ad.Executor([x * w])
+    executor.run({x: np.ones(3), w: np.ones(3)})
+    executor.run({x: np.ones(3), w: np.ones(3)})
+    with pytest.raises(ad.ShapeError, match=r"multiply: cannot broadcast shapes \(3,\) and \(4,\)"):
+        executor.run({x: np.ones(3), w: np.ones(4)})
+    with pytest.raises(ValueError, match="Placeholder 'w' has no value"):
+        executor.run({x: np.ones(3)})
+    assert executor.run({x: np.ones(2), w: np.ones(2)})[0].shape == (2,)
 
 
 def test_fed_value_takes_the_declared_dtype():
