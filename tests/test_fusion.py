@@ -7,11 +7,12 @@ import warnings
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import autodiff as ad
 from autodiff import backend, fusion
 from autodiff.fusion import MAX_GROUP, fuse_elementwise
-from strategies import DEVICES, random_graphs, requires_gpu
+from strategies import DEVICES, graphs, random_graphs, requires_gpu
 
 
 def ops_of(node):
@@ -81,7 +82,7 @@ def test_fusing_twice_changes_nothing_and_the_input_graph_is_untouched():
     assert [n.inputs for n in ad.find_topo_sort([y])] == inputs
 
 
-@given(random_graphs())
+@given(st.one_of(random_graphs(), graphs()))  # passes' and memory's graphs
 def test_fused_graphs_give_the_same_bits(graph):
     fused, _ = fuse_elementwise(graph.outputs)
     for a, b in zip(

@@ -6,9 +6,10 @@ import weakref
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import autodiff as ad
-from strategies import random_graphs
+from strategies import graphs, random_graphs
 
 
 def test_tensor_computes_at_once_and_variable_waits():
@@ -180,7 +181,7 @@ def test_later_runs_are_straight_line_python_with_the_same_bits():
         np.testing.assert_array_equal(a, b)
 
 
-@given(random_graphs())
+@given(st.one_of(random_graphs(), graphs()))  # passes' and memory's graphs
 def test_straight_line_runs_match_the_checked_run_on_random_graphs(graph):
     executor = ad.Executor(graph.outputs)
     checked = executor.run(graph.feed)
