@@ -45,21 +45,23 @@ def test_generated_paths_are_ignored():
         assert path in ignored
 
 
-def test_the_readme_tour_runs():
+def run_readme_example(section: str) -> dict:
+    """Run the first python code block under README's ``## section``; its names."""
     readme = (ROOT / "README.md").read_text()
-    tour = readme.split("## A tour of the API", 1)[1].split("```python", 1)[1].split("```")[0]
-    namespace = {}
-    exec(compile(tour, "README.md (tour)", "exec"), namespace)
+    code = readme.split(f"## {section}", 1)[1].split("```python", 1)[1].split("```")[0]
+    namespace: dict = {}
+    exec(compile(code, f"README.md ({section})", "exec"), namespace)
+    return namespace
+
+
+def test_the_readme_tour_runs():
+    namespace = run_readme_example("A tour of the API")
     assert float(namespace["dy"].value) == pytest.approx(0.0770037537)
     assert namespace["dw_value"].shape == (3, 2)
 
 
 def test_the_readme_four_ways_runs():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## The four ways to differentiate", 1)[1]
-    code = section.split("```python", 1)[1].split("```")[0]
-    namespace = {}
-    exec(compile(code, "README.md (four ways)", "exec"), namespace)
+    namespace = run_readme_example("The four ways to differentiate")
     assert str(namespace["simple"]) == "2*x*y"
     assert namespace["dual"].value == 42.0 and namespace["dual"].tangent == 24.0
     assert namespace["jac"].tolist() == [24.0, 10.0]
@@ -70,11 +72,7 @@ def test_the_readme_four_ways_runs():
 
 
 def test_the_readme_training_example_runs():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Training, on the CPU or the GPU", 1)[1]
-    code = section.split("```python", 1)[1].split("```")[0]
-    namespace = {}
-    exec(compile(code, "README.md (training)", "exec"), namespace)
+    namespace = run_readme_example("Training, on the CPU or the GPU")
     assert (
         namespace["nn"].accuracy(namespace["model"], namespace["x_test"], namespace["y_test"])
         > 0.95
@@ -83,11 +81,7 @@ def test_the_readme_training_example_runs():
 
 
 def test_the_readme_memory_example_runs(capsys):
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Memory: planning, checkpointing, parallel levels", 1)[1]
-    code = section.split("```python", 1)[1].split("```")[0]
-    namespace = {}
-    exec(compile(code, "README.md (memory)", "exec"), namespace)
+    namespace = run_readme_example("Memory: planning, checkpointing, parallel levels")
     assert namespace["plain"].peak_bytes > 9 * namespace["planned"].peak_bytes
     assert "in place over step" in capsys.readouterr().out
     plain_value = namespace["ad"].evaluate(namespace["dx"], namespace["feed"])
@@ -95,11 +89,7 @@ def test_the_readme_memory_example_runs(capsys):
 
 
 def test_the_readme_fusion_example_runs(capsys):
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Kernel fusion", 1)[1]
-    code = section.split("```python", 1)[1].split("```")[0]
-    namespace = {}
-    exec(compile(code, "README.md (fusion)", "exec"), namespace)
+    namespace = run_readme_example("Kernel fusion")
     report = namespace["report"]
     assert (report.nodes_before, report.nodes_after) == (33, 21)
     assert "1 group of 11 ops" in capsys.readouterr().out
