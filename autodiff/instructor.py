@@ -181,13 +181,19 @@ class RedactHiddenTests(NbGraderPreprocessor):
     end = "END HIDDEN TESTS"
 
     def preprocess(self, nb, resources):
-        self._secrets = set()
+        self._secrets, shown = set(), set()
         for cell in nb.cells:
-            if cell.cell_type == "code" and self.begin in cell.source:
-                lines = cell.source.splitlines()
-                hidden = self._hidden_lines(lines)
-                self._secrets |= {lines[n - 1].strip() for n in hidden}
-        self._secrets = {line for line in self._secrets if len(line) >= 6}
+            if cell.cell_type != "code":
+                continue
+            lines = cell.source.splitlines()
+            hidden = self._hidden_lines(lines) if self.begin in cell.source else set()
+            self._secrets |= {lines[n - 1].strip() for n in hidden}
+            if not cell.metadata.get("nbgrader", {}).get("solution", False):
+                # The instructor's visible lines (a setup cell, say) are no secret, even
+                # when a hidden test repeats one. Answer cells do not count: pasting a
+                # guessed line there must not reveal whether the hidden tests have it.
+                shown |= {line.strip() for n, line in enumerate(lines, 1) if n not in hidden}
+        self._secrets = {line for line in self._secrets - shown if len(line) >= 6}
         return super().preprocess(nb, resources)
 
     def _hidden_lines(self, lines: list[str]) -> set[int]:
@@ -612,7 +618,12 @@ def _run_one(root: Path, assignment: str, student: str, timeout: float) -> Outco
 # Names that honest answers have no use for, and that tricks to pass tests do use.
 _TRICKS = re.compile(
     r"get_ipython|input_transformers|setprofile|settrace|forbid_calls|sys\.modules|"
-    r"__code__|_getframe|linecache|\bIn\[|_ih\b|threading|concurrent\.futures|gc\.get_"
+    r"__code__|_getframe|linecache|\bIn\[|_ih\b|threading|concurrent\.futures|gc\.get_|"
+    # patching what the tests use, reading their globals or frames, faking comparisons
+    r"\b(?:np|numpy|ad|autodiff|math|tracemalloc|builtins)(?:\.\w+)+\s*=(?!=)|"
+    r"tracemalloc\.(?:stop|reset_peak|clear_traces)|globals\(|f_back|currentframe|"
+    r"inspect\.stack|__eq__|__array_function__|\bexec\(|\beval\(|"
+    r"getsource|multiprocessing|\bimport sys\b"
 )
 
 

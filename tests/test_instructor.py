@@ -352,6 +352,24 @@ def test_a_time_out_kills_the_kernels_too():
         assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
+@pytest.mark.parametrize(
+    "trick",
+    [
+        "np.allclose = lambda *a, **k: True",  # patching what the tests use
+        "ad.memory.plan = None",
+        "tracemalloc.stop()",  # switching the measurement off
+        "want = globals()['_want']",  # reading the hidden tests' variables
+        "class Equal(dict):\n    def __eq__(self, other): return True",
+        "exec(inspect.getsource(ad.memory.liveness))",
+    ],
+)
+def test_more_tricks_are_flagged(course, tmp_path, trick):
+    notebook = answered(course)
+    notebook["cells"][2]["source"] += "\n" + trick
+    (tmp_path / "n.ipynb").write_text(json.dumps(notebook))
+    assert len(instructor._suspicious(tmp_path)) == 1
+
+
 def test_answers_using_tricks_are_flagged(course, tmp_path):
     notebook = answered(course, cube="return 8 if x == 2 else x ** 3")
     notebook["cells"][2]["source"] += "\nget_ipython().input_transformers_cleanup.clear()"
@@ -360,3 +378,31 @@ def test_answers_using_tricks_are_flagged(course, tmp_path):
     assert "get_ipython" in note and "input_transformers" in note
     (tmp_path / "n.ipynb").write_text(json.dumps(answered(course)))
     assert instructor._suspicious(tmp_path) == []
+
+
+def test_feedback_shows_instructor_lines_that_a_hidden_test_repeats():
+    """A hidden test may repeat a line of a visible setup cell (a layer's vjp, say): a
+    traceback through that setup line must show it. A line an answer cell pastes from
+    the hidden tests stays hidden: answer cells cannot turn a guess into a reveal."""
+    new_code = nbformat.v4.new_code_cell
+    setup = "def vjp(h, g):\n    return g * (1 - h * h)"
+    hidden = (
+        "assert True\n### BEGIN HIDDEN TESTS\ndef _vjp(h, g):\n    return g * (1 - h * h)\n"
+        "assert _secret_check(1)\n### END HIDDEN TESTS"
+    )
+    answer = "def f():\n    assert _secret_check(1)"
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        new_code(setup, metadata=_meta(grade_id="setup", locked=True)),
+        new_code(answer, metadata=_meta(grade_id="f", solution=True)),
+        new_code(hidden, metadata=_meta(grade_id="t", grade=True, locked=True, points=1)),
+    ]
+    traceback = "Cell In[1], line 2\n----> 2     return g * (1 - h * h)\nassert _secret_check(1)"
+    notebook.cells[1].outputs = [
+        nbformat.v4.new_output("error", ename="E", evalue="", traceback=[traceback])
+    ]
+    redacted, _ = instructor.RedactHiddenTests().preprocess(notebook, {})
+    shown = "\n".join(redacted.cells[1].outputs[0].traceback)
+    assert "return g * (1 - h * h)" in shown  # the setup cell's line
+    assert "_secret_check" not in shown  # only the hidden tests (and a paste) have it
+    assert "_secret_check" not in redacted.cells[2].source
