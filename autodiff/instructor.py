@@ -622,7 +622,8 @@ _TRICKS = re.compile(
     # patching what the tests use, reading their globals or frames, faking comparisons
     r"\b(?:np|numpy|ad|autodiff|math|tracemalloc|builtins)(?:\.\w+)+\s*=(?!=)|"
     r"tracemalloc\.(?:stop|reset_peak|clear_traces)|globals\(|f_back|currentframe|"
-    r"inspect\.stack|__eq__|__array_function__|\bexec\(|\beval\(|"
+    r"inspect\.stack|__(?:eq|ne|lt|le|gt|ge)__|__array_function__|__class__\s*=|"
+    r"\bexec\(|\beval\(|"
     r"getsource|multiprocessing|\bimport sys\b"
 )
 

@@ -361,6 +361,8 @@ def test_a_time_out_kills_the_kernels_too():
         "want = globals()['_want']",  # reading the hidden tests' variables
         "class Equal(dict):\n    def __eq__(self, other): return True",
         "exec(inspect.getsource(ad.memory.liveness))",
+        "class Small(float):\n    def __lt__(self, other): return True",
+        "value.__class__ = Fake",
     ],
 )
 def test_more_tricks_are_flagged(course, tmp_path, trick):
