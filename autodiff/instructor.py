@@ -623,7 +623,7 @@ _TRICKS = re.compile(
     r"\b(?:np|numpy|ad|autodiff|math|tracemalloc|builtins)(?:\.\w+)+\s*=(?!=)|"
     r"tracemalloc\.(?:stop|reset_peak|clear_traces)|globals\(|f_back|currentframe|"
     r"inspect\.stack|__(?:eq|ne|lt|le|gt|ge)__|__array_function__|__class__\s*=|"
-    r"\bexec\(|\beval\(|"
+    r"\bexec\(|\beval\(|__getattr__|__closure__|(?m:^\s*(?:np|numpy|ad|autodiff)\s*=)|"
     r"getsource|multiprocessing|\bimport sys\b"
 )
 

@@ -363,6 +363,8 @@ def test_a_time_out_kills_the_kernels_too():
         "exec(inspect.getsource(ad.memory.liveness))",
         "class Small(float):\n    def __lt__(self, other): return True",
         "value.__class__ = Fake",
+        "np = FakeNumpy()",  # rebinding a module the tests use
+        "class Anything:\n    def __getattr__(self, name): return lambda *a: True",
     ],
 )
 def test_more_tricks_are_flagged(course, tmp_path, trick):
