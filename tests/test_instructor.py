@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autodiff import instructor
+from autodiff import instructor, nbgrader_plugins
 
 pytest.importorskip("nbgrader")
 ROOT = Path(__file__).resolve().parent.parent
@@ -320,15 +320,15 @@ def test_collect_keeps_one_file_per_student_and_sets_the_rest_aside(course, tmp_
 def test_whose_reads_the_lms_file_names():
     from pathlib import PurePosixPath as P
 
-    assert instructor.whose(P("kim_12345_67890_a1.ipynb")) == ("kim", "a1")
-    assert instructor.whose(P("Kim_late_1_2_a1-2.ipynb")) == ("kim", "a1")
-    assert instructor.whose(P("Mo Salah_4711_assignsubmission_file_/a1 (1).ipynb")) == (
+    assert nbgrader_plugins.whose(P("kim_12345_67890_a1.ipynb")) == ("kim", "a1")
+    assert nbgrader_plugins.whose(P("Kim_late_1_2_a1-2.ipynb")) == ("kim", "a1")
+    assert nbgrader_plugins.whose(P("Mo Salah_4711_assignsubmission_file_/a1 (1).ipynb")) == (
         "4711",
         "a1",
     )
-    assert instructor.whose(P("course/frank_g/a1.ipynb")) == ("frank_g", "a1")
-    assert instructor.whose(P("a1.ipynb")) is None
-    assert instructor.whose(P("kim/notes.txt")) is None
+    assert nbgrader_plugins.whose(P("course/frank_g/a1.ipynb")) == ("frank_g", "a1")
+    assert nbgrader_plugins.whose(P("a1.ipynb")) is None
+    assert nbgrader_plugins.whose(P("kim/notes.txt")) is None
 
 
 def test_a_time_out_kills_the_kernels_too():
@@ -405,7 +405,7 @@ def test_feedback_shows_instructor_lines_that_a_hidden_test_repeats():
     notebook.cells[1].outputs = [
         nbformat.v4.new_output("error", ename="E", evalue="", traceback=[traceback])
     ]
-    redacted, _ = instructor.RedactHiddenTests().preprocess(notebook, {})
+    redacted, _ = nbgrader_plugins.RedactHiddenTests().preprocess(notebook, {})
     shown = "\n".join(redacted.cells[1].outputs[0].traceback)
     assert "return g * (1 - h * h)" in shown  # the setup cell's line
     assert "_secret_check" not in shown  # only the hidden tests (and a paste) have it
