@@ -150,12 +150,13 @@ class Executor:
             if not isinstance(node, Node):
                 raise TypeError(f"Executor takes Nodes, got {type(node).__name__}: {node!r}")
         if plan is not None and (optimize or fuse):
-            rewrite = "ad.passes.optimize" if optimize else "ad.fusion.fuse_elementwise"
+            flag, rewrite = (
+                ("optimize", "passes.optimize") if optimize else ("fuse", "fusion.fuse_elementwise")
+            )
             raise ValueError(
-                f"Executor: plan= with {'optimize' if optimize else 'fuse'}=True would plan "
-                f"one graph and run another. {'Optimize' if optimize else 'Fuse'} first, then "
-                f"plan the result: small, _ = "
-                f"{rewrite}(nodes); Executor(small, plan=ad.memory.plan(small, feed))"
+                f"Executor: plan= with {flag}=True would plan one graph and run another. "
+                f"{flag.capitalize()} first, then plan the result: small, _ = "
+                f"ad.{rewrite}(nodes); Executor(small, plan=ad.memory.plan(small, feed))"
             )
         self.optimize_report: OptimizeReport | None = None
         self.fusion_report: FusionReport | None = None
@@ -230,11 +231,8 @@ class Executor:
         that a checked run has seen: every check an op makes depends on dtypes, and the
         leaves' dtypes decide all the others."""
         try:
-            return self._straight_line()(values)
+            return self._straight_line()(values)  # reads the leaves' slots, writes none
         except Exception:  # noqa: BLE001 (re-run checked, which explains the error)
-            for i, (node, _, _) in enumerate(self._steps):
-                if not node.op.is_leaf:
-                    values[i] = None
             return None
 
     def _straight_line(self):
@@ -254,16 +252,11 @@ class Executor:
             _resolve(key, by_name): _check_feed(key, data, by_name)
             for key, data in feed_dict.items()
         }
-        if self.optimize_report is not None:
-            feeds = {node: _check_optimized_feed(node, value) for node, value in feeds.items()}
-        elif self.fusion_report is not None:
-            for node in feeds:
-                if not isinstance(node.op, (Placeholder, TensorLeaf)):
-                    raise ValueError(
-                        f"Executor(fuse=True) cannot feed '{node.name}' ({node.op.name}): "
-                        f"fusion may have merged it into a fused group. Feed placeholders "
-                        f"and tensors only, or build the Executor with fuse=False."
-                    )
+        if self.optimize_report is not None or self.fusion_report is not None:
+            flag = "optimize" if self.optimize_report is not None else "fuse"
+            feeds = {
+                node: _check_rewritten_feed(node, value, flag) for node, value in feeds.items()
+            }
         return feeds
 
 
@@ -306,10 +299,11 @@ def _check_feed(key, data, by_name) -> Any:
     return value
 
 
-def _check_optimized_feed(node: Node, value: Any) -> Any:
-    """A feed that the optimised graph can take: placeholders, and tensors of the shape
-    and dtype the graph was specialised to (static_shapes.py)."""
-    if isinstance(node.op, Placeholder):
+def _check_rewritten_feed(node: Node, value: Any, flag: str) -> Any:
+    """A feed that a rewritten graph can take: placeholders and tensors (the others may
+    have been folded or merged away); after ``optimize``, tensors of the shape and dtype
+    the graph was specialised to (static_shapes.py)."""
+    if isinstance(node.op, Placeholder) or (isinstance(node.op, TensorLeaf) and flag == "fuse"):
         return value
     if isinstance(node.op, TensorLeaf):
         expected: Any = node.value
@@ -323,9 +317,9 @@ def _check_optimized_feed(node: Node, value: Any) -> Any:
             f"array, use an ad.Variable (shape=None for axes that vary), or optimize=False."
         )
     raise ValueError(
-        f"Executor(optimize=True) cannot feed '{node.name}' ({node.op.name}): the optimised "
+        f"Executor({flag}=True) cannot feed '{node.name}' ({node.op.name}): the rewritten "
         f"graph may have folded or merged it. Feed placeholders and tensors only, or build "
-        f"the Executor with optimize=False to override constants and intermediate nodes."
+        f"the Executor with {flag}=False to override constants and intermediate nodes."
     )
 
 

@@ -91,23 +91,22 @@ class Program:
     n_inputs: int
     instructions: tuple[Instruction, ...]
 
-    def slots(self, inputs: Sequence[Any], apply: Callable[[Op, list, dict], Any]) -> list:
-        """Every slot's value, computing each instruction with ``apply(op, args, attrs)``."""
+    def slots(
+        self, inputs: Sequence[Any], apply: Callable[[Op, list, dict], Any], free: bool = False
+    ) -> list:
+        """Every slot's value, computing each instruction with ``apply(op, args, attrs)``;
+        ``free=True`` lets go of each value after its last use (as an Executor does)."""
         values = list(inputs)
-        for instruction in self.instructions:
-            args = [a.value if isinstance(a, Literal) else values[a] for a in instruction.args]
-            values.append(apply(instruction.op, args, dict(instruction.attrs)))
-        return values
-
-    def run(self, inputs: Sequence[Any], apply: Callable[[Op, list, dict], Any]) -> Any:
-        """The result, letting go of each value after its last use (as an Executor does)."""
-        values: list = list(inputs)
         for instruction, frees in zip(self.instructions, self._frees, strict=True):
             args = [a.value if isinstance(a, Literal) else values[a] for a in instruction.args]
             values.append(apply(instruction.op, args, dict(instruction.attrs)))
-            for slot in frees:
+            for slot in frees if free else ():
                 values[slot] = None
-        return values[-1]
+        return values
+
+    def run(self, inputs: Sequence[Any], apply: Callable[[Op, list, dict], Any]) -> Any:
+        """The result, each value let go of after its last use."""
+        return self.slots(inputs, apply, free=True)[-1]
 
     @functools.cached_property
     def _frees(self) -> list[list[int]]:
@@ -163,11 +162,10 @@ def _formula(instruction: Instruction, args: list[tuple[str, int]]) -> tuple[str
         return f"{wrap(args[0], level)} {symbol} {wrap(args[1], right)}", level
     if name == "negative":
         return f"−{wrap(args[0], 3)}", 3
-    if name in ("power", "power_scalar"):
-        exponent = wrap(args[1], _ATOM) if name == "power" else None
-        if exponent is None:
-            exponent = f"{dict(instruction.attrs)['exponent']:g}"
-        return f"{wrap(args[0], _ATOM)}**{exponent}", 4
+    if name == "power":
+        return f"{wrap(args[0], _ATOM)}**{wrap(args[1], _ATOM)}", 4
+    if name == "power_scalar":
+        return f"{wrap(args[0], _ATOM)}**{dict(instruction.attrs)['exponent']:g}", 4
     return f"{name}({', '.join(text for text, _ in args)})", _ATOM
 
 
@@ -176,7 +174,7 @@ def _formula(instruction: Instruction, args: list[tuple[str, int]]) -> tuple[str
 # Compiled kernels, one per distinct program, and the programs CuPy could not compile.
 _kernels: dict[Program, Callable] = {}
 _failed: dict[Program, str] = {}
-_checked: set[tuple] = set()  # (program, input dtypes) whose result was checked once
+_verified: set[tuple] = set()  # (program, input dtypes) whose result was checked once
 
 
 def _compute(op: Op, args: list, attrs: dict) -> Any:
@@ -228,12 +226,12 @@ class Fused(Op):
         """The kernel's result, once its shape and dtype are seen to be the ops' own (the
         first time for each program and input dtypes): float32 must stay float32."""
         key = (program, tuple(backend.dtype_of(x) for x in inputs))
-        if key not in _checked:
+        if key not in _verified:
             expected = self.infer(*[spec_of(x) for x in inputs], program=program)
             got = Spec(tuple(result.shape), result.dtype)
             if got != Spec(tuple(expected.shape), expected.dtype):
                 raise TypeError(f"the kernel gave {got}, the ops give {expected}")
-            _checked.add(key)
+            _verified.add(key)
         return result
 
     def gradient(self, node: Node, output_grad: Node) -> list[Node | None]:
@@ -353,8 +351,7 @@ def fuse_elementwise(outputs: Node | Sequence[Node]) -> tuple[list[Node], Fusion
             members = [] if root is None else groups.members[root]
             if len(members) > 1:
                 if node is members[-1]:  # the group's last node: the fused node takes its place
-                    fused_node = _fused_node(members, new)
-                    new[members[-1]] = fused_node
+                    fused_node = new[node] = _fused_node(members, new)
                     report.groups.append(str(fused_node.attrs["program"]))
                     report.fused_ops += len(members)
                 continue  # a member inside a group: no node of its own

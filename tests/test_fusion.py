@@ -266,7 +266,7 @@ def test_a_kernel_that_changes_the_dtype_is_not_used(monkeypatch):
     monkeypatch.setattr(xp, "fuse", upcasting_fuse)
     monkeypatch.setattr(fusion, "_kernels", {})
     monkeypatch.setattr(fusion, "_failed", {})
-    monkeypatch.setattr(fusion, "_checked", set())
+    monkeypatch.setattr(fusion, "_verified", set())
     square_plus_one = fusion.fused(lambda a: a * a + 1)
     with pytest.warns(RuntimeWarning, match="float64"):
         z = square_plus_one(ad.tensor(np.array([2.0], dtype=np.float32), device="gpu"))
