@@ -71,17 +71,13 @@ def torch_mlp_step(sizes, batch):
     return step, torch.cuda.synchronize
 
 
-def timed(step, sync, repeat, number):
-    step()
+def timed(step, sync, number):
+    """Seconds per call of ``step``, over ``number`` calls ended by a synchronisation."""
+    start = time.perf_counter()
+    for _ in range(number):
+        step()
     sync()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            step()
-        sync()
-        times.append((time.perf_counter() - start) / number)
-    return times
+    return (time.perf_counter() - start) / number
 
 
 def bench_mlp(args):
@@ -99,10 +95,13 @@ def bench_mlp(args):
 
 def report(peers, args, unit, scale):
     """Time the peers interleaved (they take turns), print medians and ratios."""
+    for step, sync in peers.values():  # warm up once: kernels compile, pools fill
+        step()
+        sync()
     times = {name: [] for name in peers}
     for _ in range(args.repeat):
         for name, (step, sync) in peers.items():
-            times[name] += timed(step, sync, 1, args.number)
+            times[name].append(timed(step, sync, args.number))
     med = {name: statistics.median(t) * scale for name, t in times.items()}
     base = "torch cuda" if "torch cuda" in med else next(iter(med))
     for name in peers:

@@ -32,16 +32,12 @@ import numpy
 __version__ = "0.0-double"
 
 
-def _refuse(value):
-    raise TypeError(f"Unsupported type {type(value)}")
-
-
 def _unwrap(value):
     """NumPy values for NumPy to compute on; a NumPy array here is a device mix-up."""
     if isinstance(value, ndarray):
         return value._array
     if isinstance(value, numpy.ndarray):
-        _refuse(value)
+        raise TypeError(f"Unsupported type {type(value)}")
     if isinstance(value, (list, tuple)):
         return type(value)(_unwrap(v) for v in value)
     return value
@@ -57,6 +53,17 @@ def _wrap(value):
     if isinstance(value, numpy.generic):  # CuPy reductions return 0-d arrays, not scalars
         return ndarray(numpy.asarray(value))
     return value
+
+
+def _on_device(function):
+    """A NumPy function taking and giving device arrays; ``out=`` comes back as given."""
+
+    def call(*args, **kwargs):
+        result = function(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})
+        out = kwargs.get("out")
+        return out if isinstance(out, ndarray) else _wrap(result)
+
+    return call
 
 
 class ndarray:  # noqa: N801 (CuPy's name)
@@ -92,7 +99,7 @@ class ndarray:  # noqa: N801 (CuPy's name)
         return _wrap(result)
 
     def __array_function__(self, func, types, args, kwargs):
-        return _wrap(func(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
+        return _on_device(func)(*args, **kwargs)
 
     def __getitem__(self, key):
         return _wrap(self._array[_unwrap(key)])
@@ -105,10 +112,8 @@ class ndarray:  # noqa: N801 (CuPy's name)
             # _array: not set yet (copy, pickle). Dunders: NumPy would read the memory
             # through __array_interface__, which a GPU array does not offer.
             raise AttributeError(name)
-        attr = getattr(self._array, name)
-        if callable(attr):
-            return lambda *a, **k: _wrap(attr(*_unwrap(a), **{n: _unwrap(v) for n, v in k.items()}))
-        return _wrap(attr)
+        attr = getattr(self._array, name)  # shape, dtype, T, astype, sum, reshape, ...
+        return _on_device(attr) if callable(attr) else _wrap(attr)
 
     def __len__(self):
         return len(self._array)
@@ -124,18 +129,6 @@ class ndarray:  # noqa: N801 (CuPy's name)
 
     def __repr__(self):
         return repr(self._array).replace("array", "fakecupy.array", 1)
-
-    @property
-    def T(self):
-        return ndarray(self._array.T)
-
-    @property
-    def shape(self):
-        return self._array.shape
-
-    @property
-    def dtype(self):
-        return self._array.dtype
 
     # operators: the ufuncs, through __array_ufunc__
     def _binary(ufunc, reflected=False):
@@ -259,12 +252,5 @@ def __getattr__(name):
     """Every other NumPy function, on device arrays only; constants as they are."""
     attr = getattr(numpy, name)
     if callable(attr) and not isinstance(attr, type):
-
-        @functools.wraps(attr)
-        def on_device(*args, **kwargs):
-            result = attr(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})
-            out = kwargs.get("out")
-            return out if isinstance(out, ndarray) else _wrap(result)
-
-        return on_device
+        return functools.wraps(attr)(_on_device(attr))
     return attr

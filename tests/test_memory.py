@@ -27,23 +27,24 @@ def vector():
 # Readable examples ------------------------------------------------------------------------
 
 
-def test_liveness_of_a_tiny_chain():
+def tiny_chain():
+    """x -> exp -> sin -> * 2, planned: (x, its three ops, the plan)."""
     x = vector()
     a = ad.exp(x)
     b = ad.sin(a)
     c = b * 2
-    p = memory.plan([c], {x: np.zeros(N)})
+    return x, (a, b, c), memory.plan([c], {x: np.zeros(N)})
+
+
+def test_liveness_of_a_tiny_chain():
+    _, (a, b, c), p = tiny_chain()
     assert p.steps == [a, b, c]
     # (step that computes it, last step that reads it); the output is read after the end.
     assert p.live == {a: (0, 1), b: (1, 2), c: (2, 3)}
 
 
 def test_elementwise_chain_runs_in_place_in_one_buffer():
-    a = vector()
-    c = ad.exp(a)
-    d = ad.sin(c)
-    e = d * 2
-    p = memory.plan([e], {a: np.zeros(N)})
+    a, (c, d, e), p = tiny_chain()
     assert p.buffer == {c: 0, d: 0, e: 0}
     assert p.in_place == {d: c, e: d}  # sin writes over exp's output, * over sin's
     assert p.naive_bytes == 3 * 8 * N
