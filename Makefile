@@ -34,8 +34,8 @@ test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
 	AUTODIFF_FAKE_GPU=1 $(BIN)/python -m pytest -m gpu -q
 
-# --- grading with nbgrader (nbgrader_config.py; autodiff/instructor.py) ---
-GRADE := $(BIN)/python -m autodiff.instructor
+# --- grading with nbgrader (nbgrader_config.py; autodiff/grading/) ---
+GRADE := $(BIN)/python -m autodiff.grading
 
 release: $(VENV)/.installed-course
 	$(GRADE) release

@@ -25,9 +25,9 @@ c.Execute.kernel_name = "python3"
 c.Execute.timeout = int(os.environ.get("GRADING_CELL_TIMEOUT", "60"))
 c.Execute.interrupt_on_timeout = True
 
-# Grading goes on when a student's cell kills the kernel (autodiff/nbgrader_plugins.py).
+# Grading goes on when a student's cell kills the kernel (autodiff/grading/plugins.py).
 c.Autograde.autograde_preprocessors = [
-    "autodiff.nbgrader_plugins.ResilientExecute",
+    "autodiff.grading.plugins.ResilientExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -41,7 +41,7 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
-    "autodiff.nbgrader_plugins.RestoreCells",
+    "autodiff.grading.plugins.RestoreCells",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.OverwriteCells.add_missing_cells = True
@@ -49,12 +49,12 @@ c.OverwriteCells.add_missing_cells = True
 # Feedback without hidden tests: neither their source nor their tracebacks.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "autodiff.nbgrader_plugins.RedactHiddenTests",
+    "autodiff.grading.plugins.RedactHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 
 # LMS downloads: Canvas, Moodle, or one folder per student (make collect ZIP=...).
-c.ZipCollectApp.collector_plugin = "autodiff.nbgrader_plugins.LMSCollector"
+c.ZipCollectApp.collector_plugin = "autodiff.grading.collect.LMSCollector"
 
 # The lab's assignment list reads an exchange folder; nbgrader's default
 # (/srv/nbgrader/exchange) needs root, so the course keeps its own (git-ignored).

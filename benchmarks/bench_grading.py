@@ -3,7 +3,7 @@
     python benchmarks/bench_grading.py [--batch-assignment a3_reverse_mode] [--batch 20]
 
 In a temporary copy of the course, each assignment's solution is autograded with
-`autodiff.instructor.autograde` (one nbgrader process per student, as `make autograde`
+`autodiff.grading.pipeline.autograde` (one nbgrader process per student, as `make autograde`
 does) three times; then a batch of submissions (a mix of full and partial solutions)
 is graded twice: by `make autograde`'s path, and by one plain `nbgrader autograde`
 run over the whole batch, the peer that isolates nothing. Medians are printed.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 
-from autodiff import instructor
+from autodiff.grading import pipeline as instructor
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autodiff import instructor
+from autodiff.grading import course as course_dir
+from autodiff.grading import pipeline as instructor
 
 pytest.importorskip("nbgrader")
 ROOT = Path(__file__).resolve().parent.parent
-ASSIGNMENTS = instructor.assignments(ROOT)
+ASSIGNMENTS = course_dir.assignments(ROOT)
 
 # Answers left blank in the partial solution, and the autograded points it keeps:
 # the tests that need only the other answers (the notebooks' dependency maps).

@@ -16,7 +16,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autodiff import instructor, nbgrader_plugins
+from autodiff.grading import __main__ as grading_main
+from autodiff.grading import collect as collecting
+from autodiff.grading import course as course_dir
+from autodiff.grading import pipeline as instructor
+from autodiff.grading import plugins as nbgrader_plugins
 
 pytest.importorskip("nbgrader")
 ROOT = Path(__file__).resolve().parent.parent
@@ -259,7 +263,7 @@ def test_collect_reads_lms_downloads_and_keeps_resubmissions(course, tmp_path):
             "README.txt": "not a notebook",
         },
     )
-    instructor.collect(course, canvas)  # the assignment is read from the file names
+    collecting.collect(course, canvas)  # the assignment is read from the file names
     moodle = make_zip(
         tmp_path / "moodle.zip",
         {
@@ -268,7 +272,7 @@ def test_collect_reads_lms_downloads_and_keeps_resubmissions(course, tmp_path):
             f"kim_12345_67890_{TOY}.ipynb": json.dumps(released(course)),  # a resubmission
         },
     )
-    instructor.collect(course, moodle, TOY)
+    collecting.collect(course, moodle, TOY)
     for student in ("kim", "lee", "4711", "nina"):
         assert (course / "submitted" / student / TOY / f"{TOY}.ipynb").is_file()
     latest = (course / "submitted" / "kim" / TOY / f"{TOY}.ipynb").read_text()
@@ -281,18 +285,18 @@ def test_collect_refuses_what_it_cannot_read(course, tmp_path):
     not_zip = tmp_path / "grades.zip"
     not_zip.write_text("hello")
     with pytest.raises(SystemExit, match="not a zip file"):
-        instructor.collect(course, not_zip)
+        collecting.collect(course, not_zip)
     unnamed = make_zip(tmp_path / "x.zip", {"alice/notebook.ipynb": "{}"})
     with pytest.raises(SystemExit, match="ASSIGNMENT="):
-        instructor.collect(course, unnamed)
+        collecting.collect(course, unnamed)
     with pytest.raises(SystemExit, match="no assignment 'a9'"):
-        instructor.collect(course, unnamed, "a9")
+        collecting.collect(course, unnamed, "a9")
 
 
 def test_command_line_needs_the_course_root(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit, match="nbgrader_config.py"):
-        instructor.main(["grades"])
+        grading_main.main(["grades"])
 
 
 def test_collect_keeps_one_file_per_student_and_sets_the_rest_aside(course, tmp_path, capsys):
@@ -305,7 +309,7 @@ def test_collect_keeps_one_file_per_student_and_sets_the_rest_aside(course, tmp_
         )
         archive.writestr(f"vic_4_5_{TOY}.ipynb", first)
         archive.writestr("../../escape/evil.ipynb", first)
-    instructor.collect(course, path, TOY)
+    collecting.collect(course, path, TOY)
     printed = capsys.readouterr().out
     assert "return 1" in (course / "submitted" / "uma" / TOY / f"{TOY}.ipynb").read_text()
     assert (course / "submitted" / "vic" / TOY / f"{TOY}.ipynb").is_file()  # the others too
@@ -320,15 +324,15 @@ def test_collect_keeps_one_file_per_student_and_sets_the_rest_aside(course, tmp_
 def test_whose_reads_the_lms_file_names():
     from pathlib import PurePosixPath as P
 
-    assert nbgrader_plugins.whose(P("kim_12345_67890_a1.ipynb")) == ("kim", "a1")
-    assert nbgrader_plugins.whose(P("Kim_late_1_2_a1-2.ipynb")) == ("kim", "a1")
-    assert nbgrader_plugins.whose(P("Mo Salah_4711_assignsubmission_file_/a1 (1).ipynb")) == (
+    assert collecting.whose(P("kim_12345_67890_a1.ipynb")) == ("kim", "a1")
+    assert collecting.whose(P("Kim_late_1_2_a1-2.ipynb")) == ("kim", "a1")
+    assert collecting.whose(P("Mo Salah_4711_assignsubmission_file_/a1 (1).ipynb")) == (
         "4711",
         "a1",
     )
-    assert nbgrader_plugins.whose(P("course/frank_g/a1.ipynb")) == ("frank_g", "a1")
-    assert nbgrader_plugins.whose(P("a1.ipynb")) is None
-    assert nbgrader_plugins.whose(P("kim/notes.txt")) is None
+    assert collecting.whose(P("course/frank_g/a1.ipynb")) == ("frank_g", "a1")
+    assert collecting.whose(P("a1.ipynb")) is None
+    assert collecting.whose(P("kim/notes.txt")) is None
 
 
 def test_a_time_out_kills_the_kernels_too():
@@ -344,7 +348,7 @@ def test_a_time_out_kills_the_kernels_too():
         if p.read_text().rsplit(")", 1)[1].split()[1] == str(parent.pid)
     ]
     assert children, "the child did not start"
-    instructor._kill_tree(parent.pid)
+    course_dir.kill_tree(parent.pid)
     parent.wait(timeout=5)
     time.sleep(0.2)
     for child in children:

@@ -1,6 +1,6 @@
 """The instructor's side of the course: release, collect, autograde, feedback, grades.
 
-The Makefile's grading targets call this module (``python -m autodiff.instructor``),
+The Makefile's grading targets call this module (``python -m autodiff.grading``),
 which drives nbgrader (configured in ``nbgrader_config.py``) and adds what a course
 with real students needs around it:
 
@@ -19,91 +19,18 @@ what happened without reading nbgrader's logs.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
-import zipfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import nbformat
 
-from .nbgrader_plugins import released_notebooks, whose
-
-GRADING_DIR = "grading"  # reports, logs and backups (git-ignored)
-
-
-# --- running nbgrader ---------------------------------------------------------------
-
-
-def nbgrader(root: Path, *args: str, timeout: float | None = None, log: Path | None = None):
-    """Run one nbgrader command in the course root; returns (exit code, output).
-
-    Output goes to a temporary file, not a pipe, so a kernel that outlives nbgrader
-    cannot block the reading. On a time-out, nbgrader and every process it started
-    (kernels start their own sessions, so they are found by parentage) are killed.
-    nbgrader finds ``alembic`` on PATH, hence the venv's bin first.
-    """
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    command = [sys.executable, "-m", "nbgrader", *args]
-    with tempfile.TemporaryFile("w+") as sink:
-        process = subprocess.Popen(
-            command, cwd=root, env=env, stdout=sink, stderr=subprocess.STDOUT
-        )
-        try:
-            code = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_tree(process.pid)
-            process.wait()
-            code = None
-        sink.seek(0)
-        output = sink.read()
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(f"$ nbgrader {' '.join(args)}\n{output}")
-    return code, output
-
-
-def _kill_tree(pid: int) -> None:
-    """Kill ``pid`` and its descendants (Linux: read from /proc; elsewhere just ``pid``)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    doomed, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        doomed.append(current)
-        todo.extend(children.get(current, []))
-    for victim in doomed:
-        try:
-            os.kill(victim, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def assignments(root: Path) -> list[str]:
-    """The assignments: folders of ``solutions/`` holding a notebook."""
-    return sorted(p.parent.name for p in (root / "solutions").glob("*/*.ipynb"))
-
-
-def _check_assignment(root: Path, assignment: str) -> None:
-    if assignment not in assignments(root):
-        known = ", ".join(assignments(root)) or "none"
-        raise SystemExit(f"error: no assignment {assignment!r} in solutions/ (there are: {known})")
-
+from .course import GRADING_DIR, assignments, check_assignment, nbgrader, stamp
 
 # --- release ------------------------------------------------------------------------
 
@@ -116,117 +43,6 @@ def release(root: Path) -> None:
         if code != 0:
             raise SystemExit(f"error: releasing {assignment} failed; see {log}\n{output[-2000:]}")
         print(f"released {assignment} -> assignments/{assignment}/")
-
-
-# --- collect ------------------------------------------------------------------------
-
-
-def collect(root: Path, zip_path: Path, assignment: str | None = None) -> None:
-    """Take an LMS download (a zip of notebooks) into ``submitted/<student>/<assignment>/``.
-
-    The assignment is read from the notebooks' names when not given. Nothing is lost:
-    earlier submissions of the students in the zip are copied to ``grading/backups/``
-    first, and so is every file of the zip that is not collected (a second file of the
-    same student, a notebook of another assignment), each named in the output.
-    """
-    if not zipfile.is_zipfile(zip_path):
-        raise SystemExit(f"error: {zip_path} is not a zip file (ZIP=path/to/download.zip)")
-    assignment = assignment or _assignment_in_zip(root, zip_path)
-    _check_assignment(root, assignment)
-    if not (root / "assignments" / assignment).is_dir():
-        raise SystemExit(f"error: {assignment} is not released yet: run `make release` first")
-    backup = _backup_submissions(root, assignment)
-    archive = root / "downloaded" / assignment / "archive"
-    archive.mkdir(parents=True, exist_ok=True)
-    for old in archive.iterdir():  # keep earlier downloads, but collect only this one
-        old.rename(root / "downloaded" / assignment / f"{old.name}.{_stamp()}")
-    set_aside = root / GRADING_DIR / "backups" / assignment / f"not-collected-{_stamp()}"
-    notes = _one_notebook_per_student(
-        root, zip_path, assignment, archive / zip_path.name, set_aside
-    )
-    log = root / GRADING_DIR / "logs" / f"collect-{assignment}-{_stamp()}.log"
-    code, output = nbgrader(root, "zip_collect", assignment, "--force", log=log)
-    if code != 0:
-        raise SystemExit(f"error: collecting failed; see {log}\n{output[-2000:]}")
-    students = sorted(p.parent.name for p in (root / "submitted").glob(f"*/{assignment}"))
-    print(f"collected {assignment}: {len(students)} students in submitted/")
-    if backup:
-        print(f"earlier submissions kept in {backup.relative_to(root)}")
-    for line in output.splitlines():
-        if "taken as" in line:
-            print("renamed:", line.split("] ")[-1])
-    for note in notes:
-        print(note)
-
-
-def _one_notebook_per_student(
-    root: Path, zip_path: Path, assignment: str, out: Path, set_aside: Path
-) -> list[str]:
-    """Copy the zip to ``out`` with one notebook per student, the newest by the zip's
-    dates (then by name: Canvas's ``late`` and ``-2`` copies sort later). What is left
-    out goes to ``set_aside``; returns a line per file left out."""
-    others = [name for name in assignments(root) if name != assignment]
-    single = len(released_notebooks(root, assignment)) == 1
-    notes: list[str] = []
-    keep: dict[object, zipfile.ZipInfo] = {}
-    with zipfile.ZipFile(zip_path) as archive:
-        entries = [e for e in archive.infolist() if not e.is_dir()]
-        for entry in sorted(entries, key=lambda e: (e.date_time, e.filename)):
-            found = whose(PurePosixPath(entry.filename))
-            if found is None:
-                reason = "cannot tell whose it is"
-            elif found[1] in others:
-                reason = f"a notebook of {found[1]}, not {assignment}"
-            else:
-                key = found[0] if single else found
-                earlier = keep.get(key)
-                keep[key] = entry
-                if earlier is None:
-                    continue
-                entry, reason = earlier, f"{found[0]} sent a newer file"
-            notes.append(f"not collected: {entry.filename} ({reason})")
-            target = set_aside / _safe_name(entry.filename)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(archive.read(entry))
-        with zipfile.ZipFile(out, "w") as kept:
-            for entry in keep.values():
-                kept.writestr(_safe_name(entry.filename), archive.read(entry))
-    if notes:
-        notes.append(f"(files not collected are kept in {set_aside.relative_to(root)})")
-    return notes
-
-
-def _safe_name(name: str) -> str:
-    """A zip entry's name without ``..`` or a leading ``/``: it stays where it is put."""
-    parts = [part for part in PurePosixPath(name).parts if part not in ("..", "/")]
-    return "/".join(parts) or "unnamed"
-
-
-def _assignment_in_zip(root: Path, zip_path: Path) -> str:
-    with zipfile.ZipFile(zip_path) as archive:
-        names = " ".join(archive.namelist())
-    found = [name for name in assignments(root) if name in names]
-    if len(found) != 1:
-        seen = ", ".join(found) or "none of them"
-        raise SystemExit(
-            f"error: cannot tell the assignment from the file names in {zip_path} ({seen}); "
-            "say which: make collect ZIP=... ASSIGNMENT=<name>"
-        )
-    return found[0]
-
-
-def _backup_submissions(root: Path, assignment: str) -> Path | None:
-    existing = list((root / "submitted").glob(f"*/{assignment}"))
-    if not existing:
-        return None
-    backup = root / GRADING_DIR / "backups" / assignment / _stamp()
-    for folder in existing:
-        shutil.copytree(folder, backup / folder.parent.name)
-    return backup
-
-
-def _stamp() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
 
 # --- autograde ----------------------------------------------------------------------
@@ -250,7 +66,7 @@ def autograde(
     student_timeout: float = 900.0,
 ) -> list[Outcome]:
     """Grade every submission of ``assignment`` (or one student's), one process each."""
-    _check_assignment(root, assignment)
+    check_assignment(root, assignment)
     students = sorted(p.parent.name for p in (root / "submitted").glob(f"*/{assignment}"))
     if student is not None:
         if student not in students:
@@ -446,7 +262,7 @@ def _restore(root: Path, snapshot: dict[Path, bytes], watched: list[Path]) -> li
     for folder in watched:
         for path in sorted(folder.rglob("*")):
             if path.is_file() and path not in snapshot:
-                target = root / GRADING_DIR / "quarantine" / _stamp() / path.relative_to(root)
+                target = root / GRADING_DIR / "quarantine" / stamp() / path.relative_to(root)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(path, target)
                 touched.append(path)
@@ -488,7 +304,7 @@ def _write_report(root: Path, assignment: str, outcomes: list[Outcome]) -> None:
         if fresh:
             writer.writerow(["time", "student", "status", "score", "max_score", "seconds", "note"])
         for o in outcomes:
-            row = [_stamp(), o.student, o.status, o.score, o.max_score, f"{o.seconds:.1f}", o.note]
+            row = [stamp(), o.student, o.status, o.score, o.max_score, f"{o.seconds:.1f}", o.note]
             writer.writerow(row)
 
 
@@ -558,52 +374,3 @@ def _histogram(scores: list[float], max_score: float, name: str, path: Path) -> 
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
-
-
-# --- command line -------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m autodiff.instructor", description=__doc__.split("\n\n")[0]
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("release", help="write assignments/ from solutions/")
-    p = commands.add_parser("collect", help="take an LMS zip into submitted/")
-    p.add_argument("zip", type=Path)
-    p.add_argument("assignment", nargs="?")
-    p = commands.add_parser("autograde", help="grade submissions (each student apart)")
-    p.add_argument("assignment", nargs="?")
-    p.add_argument("--student")
-    p.add_argument("--force", action="store_true", help="grade again what is graded")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds per student")
-    p = commands.add_parser("feedback", help="HTML feedback without hidden tests")
-    p.add_argument("assignment", nargs="?")
-    commands.add_parser("grades", help="CSV and histograms in grading/")
-    args = parser.parse_args(argv)
-    root = Path.cwd()
-    if not (root / "nbgrader_config.py").exists():
-        raise SystemExit("error: run this from the course root (where nbgrader_config.py is)")
-    if args.command == "release":
-        release(root)
-    elif args.command == "collect":
-        collect(root, args.zip, args.assignment)
-    elif args.command == "autograde":
-        names = [args.assignment] if args.assignment else _submitted_assignments(root)
-        for name in names:
-            print(f"autograding {name}")
-            autograde(root, name, args.student, args.force, args.timeout)
-    elif args.command == "feedback":
-        feedback(root, args.assignment)
-    elif args.command == "grades":
-        grades(root)
-    return 0
-
-
-def _submitted_assignments(root: Path) -> list[str]:
-    submitted = {p.name for p in (root / "submitted").glob("*/*") if p.is_dir()}
-    return [name for name in assignments(root) if name in submitted]
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,19 +9,17 @@ nbgrader runs these while it grades, makes feedback and collects zips:
 * ``RedactHiddenTests``: feedback without the hidden tests, not even a line of them;
 * ``LMSCollector`` (with ``whose``): whose notebook each file in an LMS zip is.
 
-``autodiff/instructor.py`` drives nbgrader with them.
+``autodiff/grading/pipeline.py`` drives nbgrader with them.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path, PurePath
 
 import nbformat
 from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor, OverwriteCells
 
 
@@ -236,55 +234,3 @@ class RedactHiddenTests(NbGraderPreprocessor):
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-_CANVAS = re.compile(r"^(?P<student>[^_]+)_(?:late_)?\d+_\d+_(?P<notebook>.+)\.ipynb$", re.I)
-_MOODLE = re.compile(r"^.+_(?P<student>\d+)_assignsubmission_file_$")
-
-
-def whose(path: PurePath) -> tuple[str, str] | None:
-    """(student, notebook name) read from a file's path in an LMS download, or None.
-
-    * Canvas: ``<student>_[late_]<id>_<id>_<notebook>[-<n>].ipynb``
-    * Moodle: ``<Full Name>_<id>_assignsubmission_file_/<notebook>.ipynb`` (the id is
-      Moodle's participant id, which Moodle numbers per assignment: prefer Canvas or
-      folders named by student id when you can)
-    * plain: ``<student>/<notebook>.ipynb``
-
-    A browser's or LMS's copy suffix (``a1 (1)``, ``a1-2``) is dropped.
-    """
-    if path.suffix != ".ipynb" or path.name.startswith("."):
-        return None
-    if match := _CANVAS.match(path.name):
-        student, notebook = match["student"], match["notebook"]
-    elif match := _MOODLE.match(path.parent.name):
-        student, notebook = match["student"], path.stem
-    elif path.parent.name not in ("extracted", ""):
-        student, notebook = path.parent.name, path.stem
-    else:
-        return None
-    return student.lower(), re.sub(r"(-\d+| \(\d+\))$", "", notebook)
-
-
-class LMSCollector(FileNameCollectorPlugin):
-    """nbgrader's zip_collect reading names with ``whose``. A notebook renamed by the
-    student is taken as the assignment's notebook when the assignment has only one."""
-
-    def collect(self, submitted_file: str) -> dict | None:
-        found = whose(Path(submitted_file))
-        if found is None:
-            self.log.warning("Cannot tell whose submission this is: %s", submitted_file)
-            return None
-        student, notebook = found
-        return {"student_id": student, "file_id": self._notebook(notebook) + ".ipynb"}
-
-    def _notebook(self, name: str) -> str:
-        released = released_notebooks(Path.cwd(), self.parent.coursedir.assignment_id)
-        if name not in released and len(released) == 1:
-            self.log.warning("Notebook %r taken as %r", name, released[0])
-            return released[0]
-        return name
-
-
-def released_notebooks(root: Path, assignment: str) -> list[str]:
-    return sorted(p.stem for p in (root / "assignments" / assignment).glob("*.ipynb"))
