@@ -1,7 +1,8 @@
 # The kit's commands. Everything runs inside .venv, made once from any Python >= 3.11.
 #   make lab    open the course in JupyterLab        make test   run every test
 #   make bench  run the speed comparisons             make lint   ruff + mypy
-# Grading (README.md, "Grading"): make release, collect ZIP=..., autograde, feedback, grades
+# Grading (README.md, "Grading"): make release, collect ZIP=..., autograde, feedback, grades,
+#   restore (copies of the gradebook and of folders)
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 	2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: lab test bench bench-gpu lint format clean release collect autograde feedback grades
+.PHONY: lab test bench bench-gpu lint format clean release collect autograde feedback grades restore
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: the kit needs Python 3.11 or newer on PATH" \
@@ -44,14 +45,23 @@ collect: $(VENV)/.installed-course
 	@test -n "$(ZIP)" || { echo "usage: make collect ZIP=download.zip [ASSIGNMENT=name]"; exit 2; }
 	$(GRADE) collect "$(ZIP)" $(ASSIGNMENT)
 
+# Each submission runs in a bubblewrap sandbox, JOBS at a time (SANDBOX=none: no sandbox).
 autograde: $(VENV)/.installed-course
-	$(GRADE) autograde $(ASSIGNMENT) $(if $(STUDENT),--student "$(STUDENT)") $(if $(FORCE),--force)
+	$(GRADE) autograde $(ASSIGNMENT) $(if $(STUDENT),--student "$(STUDENT)") $(if $(FORCE),--force) \
+		--jobs $(or $(JOBS),1) --sandbox $(or $(SANDBOX),auto) $(if $(WAIT),--wait)
 
 feedback: $(VENV)/.installed-course
 	$(GRADE) feedback $(ASSIGNMENT)
 
 grades: $(VENV)/.installed-course
 	$(GRADE) grades
+
+# The gradebook as it was before the last grading run. WHICH=list shows the kept copies,
+# WHICH=<name or number> puts back that one, WHICH=submitted|autograded|feedback
+# ASSIGNMENT=<name> [STAMP=<stamp>] a folder's copies. What is replaced is kept first.
+restore: $(VENV)/.installed-course
+	$(GRADE) restore $(WHICH) $(if $(WAIT),--wait) \
+		$(if $(filter submitted submissions autograded feedback,$(WHICH)),"$(ASSIGNMENT)" $(STAMP))
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_engine.py

@@ -25,9 +25,11 @@ c.Execute.kernel_name = "python3"
 c.Execute.timeout = int(os.environ.get("GRADING_CELL_TIMEOUT", "60"))
 c.Execute.interrupt_on_timeout = True
 
-# Grading goes on when a student's cell kills the kernel (autodiff/grading/plugins.py).
+# `make autograde` runs every notebook in the grading sandbox first (its kernel can
+# reach neither this folder nor the gradebook); nbgrader then takes the outputs and
+# verdicts of that run instead of starting a kernel of its own (autodiff/grading/).
 c.Autograde.autograde_preprocessors = [
-    "autodiff.grading.plugins.ResilientExecute",
+    "autodiff.grading.plugins.ReplayExecuted",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -35,6 +37,9 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+# The grader's verdicts and notes travel in the "autodiff" metadata to the feedback.
+c.ClearMetadataPreprocessor.preserve_cell_metadata_mask = {"nbgrader", "autodiff"}
+c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), "autodiff"}
 # Test cells a student emptied, edited or deleted come back from the source, also
 # when nbgrader itself would crash on what the student did (duplicated cells).
 c.Autograde.sanitize_preprocessors = [
@@ -46,15 +51,13 @@ c.Autograde.sanitize_preprocessors = [
 ]
 c.OverwriteCells.add_missing_cells = True
 
-# Feedback without hidden tests: neither their source nor their tracebacks.
+# Feedback without hidden tests, and without anything a kernel printed: each test
+# shows the grader's verdict.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "autodiff.grading.plugins.RedactHiddenTests",
+    "autodiff.grading.plugins.GraderFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
-
-# LMS downloads: Canvas, Moodle, or one folder per student (make collect ZIP=...).
-c.ZipCollectApp.collector_plugin = "autodiff.grading.collect.LMSCollector"
 
 # The lab's assignment list reads an exchange folder; nbgrader's default
 # (/srv/nbgrader/exchange) needs root, so the course keeps its own (git-ignored).

@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autodiff.grading import autograde as grader
 from autodiff.grading import course as course_dir
 from autodiff.grading import pipeline as instructor
 
@@ -100,7 +101,7 @@ def graded(course):
             folder.mkdir(parents=True)
             text = student_copy(course, assignment, left_blank)
             (folder / f"{assignment}.ipynb").write_text(text)
-        for outcome in instructor.autograde(course, assignment, student_timeout=600):
+        for outcome in grader.autograde(course, assignment, student_timeout=600):
             scores[assignment, outcome.student] = outcome
     return scores
 

@@ -10,14 +10,12 @@ other students' files.
 
 import json
 import shutil
-import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from autodiff.grading import __main__ as grading_main
-from autodiff.grading import collect as collecting
+from autodiff.grading import autograde as grader
 from autodiff.grading import course as course_dir
 from autodiff.grading import pipeline as instructor
 from autodiff.grading import plugins as nbgrader_plugins
@@ -92,6 +90,10 @@ def answered(course, square="return x * x", cube="return x ** 3") -> dict:
     return notebook
 
 
+def snapshot(folder: Path) -> dict[Path, bytes]:
+    return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
 def submit(course, student: str, notebook: dict | str) -> None:
     folder = course / "submitted" / student / TOY
     folder.mkdir(parents=True, exist_ok=True)
@@ -99,20 +101,24 @@ def submit(course, student: str, notebook: dict | str) -> None:
     (folder / f"{TOY}.ipynb").write_text(text)
 
 
+# A student who knows where the instructor's course is, and tries everything there.
 TAMPER = """
-import pathlib, shutil, sqlite3
-root = pathlib.Path.cwd()
-while not (root / "nbgrader_config.py").exists():
-    root = root.parent
-db = sqlite3.connect(root / "gradebook.db")
-db.execute("update grade set auto_score = 0")
-db.commit()
-shutil.rmtree(root / "submitted" / "alice")
-forged = root / "submitted" / "zed" / "toy"
-forged.mkdir(parents=True)
-(forged / "toy.ipynb").write_text("{}")
-with open(root / "nbgrader_config.py", "a") as config:
-    config.write("\\nc.GenerateFeedback.preprocessors = []\\n")
+import pathlib, shutil, sqlite3, os, subprocess
+root = pathlib.Path(COURSE)
+found = {p: p.exists() for p in (root / "gradebook.db", root / "solutions", root / "submitted")}
+print("found", found)
+for attempt in (
+    lambda: sqlite3.connect(root / "gradebook.db").execute("update grade set auto_score = 0"),
+    lambda: shutil.rmtree(root / "submitted" / "alice"),
+    lambda: (root / "nbgrader_config.py").write_text("c = get_config()"),
+    lambda: pathlib.Path.home().joinpath(".ipython/profile_default/startup/x.py").write_text(
+        "raise SystemExit"),
+    lambda: subprocess.Popen(["sleep", "1000"]),
+):
+    try:
+        attempt()
+    except Exception as error:
+        print("refused:", type(error).__name__)
 def square(x):
     return x * x
 """
@@ -152,12 +158,12 @@ def graded(course):
     del cases["erin"]["cells"][5]  # ... and one deleted
     cases["frank"]["metadata"]["kernelspec"] = {"name": "julia-1.9", "display_name": "Julia"}
     cases["ivan"]["cells"][5]["source"] = "pass  # tests? what tests?"
-    cases["mallory"]["cells"][2]["source"] = TAMPER
+    cases["mallory"]["cells"][2]["source"] = TAMPER.replace("COURSE", repr(str(course)))
     for student, notebook in cases.items():
         submit(course, student, notebook)
-    submitted_before = instructor._snapshot(course / "submitted")
+    submitted_before = snapshot(course / "submitted")
     try:
-        outcomes = instructor.autograde(course, TOY, student_timeout=300)
+        outcomes = grader.autograde(course, TOY, student_timeout=300)
     finally:
         patch.undo()
     return {o.student: o for o in outcomes}, submitted_before
@@ -178,12 +184,12 @@ def test_release_hides_solutions_and_hidden_tests(course):
         ("carol", 3, "ran out of time"),  # infinite loop: that test earns nothing
         ("jack", 3, "ran out of time"),  # ... even when it ignores the interrupt
         ("dave", 3, "crashed"),  # os._exit kills the kernel in the square cell
-        ("erin", 5, "restored"),  # emptied and deleted tests come back
+        ("erin", 5, "was deleted: it was put back"),  # emptied and deleted tests come back
         ("frank", 5, ""),  # unknown kernel name: graded on python3
         ("ivan", 2, ""),  # a test cell replaced by `pass` is put back
         ("nora", 3, "ran out of time"),  # a loop in C that holds the GIL
-        ("pete", 5, ""),  # an answer cell pasted twice
-        ("quinn", 2, "restored"),  # an answer and its test deleted: the test comes back
+        ("pete", 5, "appears twice: the first copy was graded"),  # an answer pasted twice
+        ("quinn", 2, "cube_test' was deleted: it was put back"),  # answer and test deleted
         ("rita", 5, ""),  # prints the kernel's input history (see the feedback test)
         ("sam", 5, ""),  # correct code that writes to stderr keeps its points
     ],
@@ -203,16 +209,18 @@ def test_broken_notebook_is_reported_and_kept(graded, course):
     assert kept == '{"cells": [ this is not JSON'
 
 
-def test_tampering_is_caught_and_undone(graded, course):
+def test_the_sandbox_keeps_the_course_out_of_reach(graded, course):
+    """Mallory's answer cell goes for the gradebook, the submissions, the configuration
+    and the instructor's home: in the sandbox none of them is there to find."""
     outcomes, submitted_before = graded
-    assert outcomes["mallory"].status == "tampering"
-    assert not (course / "autograded" / "mallory" / TOY).exists()  # left for a person
-    assert "grades changed" in outcomes["mallory"].note
-    assert instructor._snapshot(course / "submitted") == submitted_before  # alice's file is back
-    assert not (course / "submitted" / "zed").exists()  # a forged submission is moved out
-    assert list((course / "grading" / "quarantine").rglob("zed/toy/toy.ipynb"))
-    assert "preprocessors = []" not in (course / "nbgrader_config.py").read_text()
-    assert instructor._score(course, TOY, "alice") == (5, 6)  # and her grades
+    assert outcomes["mallory"].status == "graded"
+    assert outcomes["mallory"].score == 5  # her answers are right, and nothing else happened
+    assert snapshot(course / "submitted") == submitted_before
+    assert "ReplayExecuted" in (course / "nbgrader_config.py").read_text()
+    assert grader._score(course, TOY, "alice") == (5, 6)
+    executed = course / "grading" / "executed" / TOY / "mallory" / f"{TOY}.ipynb"
+    printed = "".join(out.get("text", "") for out in nbformat.read(executed, 4).cells[2].outputs)
+    assert "found {" in printed and "True" not in printed  # nothing of the course exists
 
 
 def test_report_lists_every_student(graded, course):
@@ -228,8 +236,10 @@ def test_feedback_never_shows_hidden_tests(graded, course):
     for page in pages.values():
         assert "HIDDEN" not in page and "secret hidden message" not in page
         assert "negative numbers" not in page
-    # ivan's cube fails a visible test: the failing line is shown, nothing after it
-    assert "assert cube(2) == 8" in pages["ivan"]
+    # ivan's cube fails a test: the grader says so, in its own words
+    assert "[grader] failed: AssertionError" in pages["ivan"]
+    assert "[grader] passed" in pages["alice"] and "[grader] failed" not in pages["alice"]
+    assert "secret" not in pages["rita"]  # she printed every cell's source, hidden tests too
 
 
 def test_grades_csv_and_histogram(graded, course):
@@ -241,98 +251,9 @@ def test_grades_csv_and_histogram(graded, course):
 
 
 def test_regrading_skips_what_is_graded(graded, course):
-    assert instructor.autograde(course, TOY, student="alice") == []
-    again = instructor.autograde(course, TOY, student="alice", force=True)
+    assert grader.autograde(course, TOY, student="alice") == []
+    again = grader.autograde(course, TOY, student="alice", force=True)
     assert [(o.student, o.score) for o in again] == [("alice", 5)]
-
-
-def make_zip(path: Path, files: dict[str, str]) -> Path:
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, text in files.items():
-            archive.writestr(name, text)
-    return path
-
-
-def test_collect_reads_lms_downloads_and_keeps_resubmissions(course, tmp_path):
-    notebook = json.dumps(answered(course))
-    canvas = make_zip(
-        tmp_path / "submissions.zip",
-        {
-            f"kim_12345_67890_{TOY}.ipynb": notebook,
-            f"lee_late_12346_67891_{TOY}-1.ipynb": notebook,
-            "README.txt": "not a notebook",
-        },
-    )
-    collecting.collect(course, canvas)  # the assignment is read from the file names
-    moodle = make_zip(
-        tmp_path / "moodle.zip",
-        {
-            f"Mo Salah_4711_assignsubmission_file_/{TOY}.ipynb": notebook,
-            f"course/nina/{TOY} (1).ipynb": notebook,
-            f"kim_12345_67890_{TOY}.ipynb": json.dumps(released(course)),  # a resubmission
-        },
-    )
-    collecting.collect(course, moodle, TOY)
-    for student in ("kim", "lee", "4711", "nina"):
-        assert (course / "submitted" / student / TOY / f"{TOY}.ipynb").is_file()
-    latest = (course / "submitted" / "kim" / TOY / f"{TOY}.ipynb").read_text()
-    assert "return x * x" not in latest  # the resubmission replaced the first one ...
-    backups = list((course / "grading" / "backups" / TOY).glob(f"*/kim/{TOY}.ipynb"))
-    assert any("return x * x" in p.read_text() for p in backups)  # ... which is kept
-
-
-def test_collect_refuses_what_it_cannot_read(course, tmp_path):
-    not_zip = tmp_path / "grades.zip"
-    not_zip.write_text("hello")
-    with pytest.raises(SystemExit, match="not a zip file"):
-        collecting.collect(course, not_zip)
-    unnamed = make_zip(tmp_path / "x.zip", {"alice/notebook.ipynb": "{}"})
-    with pytest.raises(SystemExit, match="ASSIGNMENT="):
-        collecting.collect(course, unnamed)
-    with pytest.raises(SystemExit, match="no assignment 'a9'"):
-        collecting.collect(course, unnamed, "a9")
-
-
-def test_command_line_needs_the_course_root(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit, match="nbgrader_config.py"):
-        grading_main.main(["grades"])
-
-
-def test_collect_keeps_one_file_per_student_and_sets_the_rest_aside(course, tmp_path, capsys):
-    first, second = json.dumps(answered(course)), json.dumps(answered(course, cube="return 1"))
-    path = tmp_path / "twice.zip"
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr(zipfile.ZipInfo(f"uma_1_2_{TOY}.ipynb", (2026, 11, 1, 9, 0, 0)), first)
-        archive.writestr(
-            zipfile.ZipInfo(f"uma_late_1_3_{TOY}-1.ipynb", (2026, 11, 2, 9, 0, 0)), second
-        )
-        archive.writestr(f"vic_4_5_{TOY}.ipynb", first)
-        archive.writestr("../../escape/evil.ipynb", first)
-    collecting.collect(course, path, TOY)
-    printed = capsys.readouterr().out
-    assert "return 1" in (course / "submitted" / "uma" / TOY / f"{TOY}.ipynb").read_text()
-    assert (course / "submitted" / "vic" / TOY / f"{TOY}.ipynb").is_file()  # the others too
-    assert f"not collected: uma_1_2_{TOY}.ipynb (uma sent a newer file)" in printed
-    aside = list(
-        (course / "grading" / "backups" / TOY).glob(f"not-collected-*/uma_1_2_{TOY}.ipynb")
-    )
-    assert aside and aside[0].read_text() == first  # nothing is lost
-    assert not (course.parent / "escape").exists() and not (course / "escape").exists()
-
-
-def test_whose_reads_the_lms_file_names():
-    from pathlib import PurePosixPath as P
-
-    assert collecting.whose(P("kim_12345_67890_a1.ipynb")) == ("kim", "a1")
-    assert collecting.whose(P("Kim_late_1_2_a1-2.ipynb")) == ("kim", "a1")
-    assert collecting.whose(P("Mo Salah_4711_assignsubmission_file_/a1 (1).ipynb")) == (
-        "4711",
-        "a1",
-    )
-    assert collecting.whose(P("course/frank_g/a1.ipynb")) == ("frank_g", "a1")
-    assert collecting.whose(P("a1.ipynb")) is None
-    assert collecting.whose(P("kim/notes.txt")) is None
 
 
 def test_a_time_out_kills_the_kernels_too():
@@ -375,42 +296,50 @@ def test_more_tricks_are_flagged(course, tmp_path, trick):
     notebook = answered(course)
     notebook["cells"][2]["source"] += "\n" + trick
     (tmp_path / "n.ipynb").write_text(json.dumps(notebook))
-    assert len(instructor._suspicious(tmp_path)) == 1
+    assert len(grader._suspicious(tmp_path)) == 1
 
 
 def test_answers_using_tricks_are_flagged(course, tmp_path):
     notebook = answered(course, cube="return 8 if x == 2 else x ** 3")
     notebook["cells"][2]["source"] += "\nget_ipython().input_transformers_cleanup.clear()"
     (tmp_path / "n.ipynb").write_text(json.dumps(notebook))
-    (note,) = instructor._suspicious(tmp_path)
+    (note,) = grader._suspicious(tmp_path)
     assert "get_ipython" in note and "input_transformers" in note
     (tmp_path / "n.ipynb").write_text(json.dumps(answered(course)))
-    assert instructor._suspicious(tmp_path) == []
+    assert grader._suspicious(tmp_path) == []
 
 
-def test_feedback_shows_instructor_lines_that_a_hidden_test_repeats():
-    """A hidden test may repeat a line of a visible setup cell (a layer's vjp, say): a
-    traceback through that setup line must show it. A line an answer cell pastes from
-    the hidden tests stays hidden: answer cells cannot turn a guess into a reveal."""
+def test_feedback_shows_verdicts_not_what_the_kernel_printed():
+    """Student code can print a hidden test in any encoding (here rot13): feedback
+    keeps nothing a kernel printed. Test cells show the grader's verdict, hidden
+    lines are gone from the source, and the grader's notes come first."""
+    import codecs
+
     new_code = nbformat.v4.new_code_cell
-    setup = "def vjp(h, g):\n    return g * (1 - h * h)"
     hidden = (
-        "assert True\n### BEGIN HIDDEN TESTS\ndef _vjp(h, g):\n    return g * (1 - h * h)\n"
-        "assert _secret_check(1)\n### END HIDDEN TESTS"
+        "assert f() == 1\n### BEGIN HIDDEN TESTS\nassert _secret_check(1)\n### END HIDDEN TESTS"
     )
-    answer = "def f():\n    assert _secret_check(1)"
     notebook = nbformat.v4.new_notebook()
+    notebook.metadata["autodiff"] = {"notes": ["the test cell 't' was deleted: it was put back"]}
     notebook.cells = [
-        new_code(setup, metadata=_meta(grade_id="setup", locked=True)),
-        new_code(answer, metadata=_meta(grade_id="f", solution=True)),
+        new_code("def f():\n    return 1", metadata=_meta(grade_id="f", solution=True)),
         new_code(hidden, metadata=_meta(grade_id="t", grade=True, locked=True, points=1)),
+        new_code(hidden, metadata=_meta(grade_id="u", grade=True, locked=True, points=1)),
+        new_code(hidden, metadata=_meta(grade_id="v", grade=True, locked=True, points=1)),
     ]
-    traceback = "Cell In[1], line 2\n----> 2     return g * (1 - h * h)\nassert _secret_check(1)"
-    notebook.cells[1].outputs = [
-        nbformat.v4.new_output("error", ename="E", evalue="", traceback=[traceback])
-    ]
-    redacted, _ = nbgrader_plugins.RedactHiddenTests().preprocess(notebook, {})
-    shown = "\n".join(redacted.cells[1].outputs[0].traceback)
-    assert "return g * (1 - h * h)" in shown  # the setup cell's line
-    assert "_secret_check" not in shown  # only the hidden tests (and a paste) have it
-    assert "_secret_check" not in redacted.cells[2].source
+    leak = codecs.encode("assert _secret_check(1)", "rot13")
+    for cell in notebook.cells:
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=leak)]
+    notebook.cells[1].metadata["autodiff"] = {"verdict": "passed"}
+    notebook.cells[2].metadata["autodiff"] = {"verdict": "failed", "error": "AssertionError"}
+    notebook.cells[3].metadata["autodiff"] = {"verdict": "tampered", "findings": [leak]}
+    shown, _ = nbgrader_plugins.GraderFeedback().preprocess(notebook, {})
+    text = json.dumps(shown)
+    assert leak not in text and "_secret_check" not in text
+    assert "it was put back" in shown.cells[0].source
+    assert shown.cells[1].outputs == []
+    verdicts = [cell.outputs[0].text for cell in shown.cells[2:]]
+    assert verdicts[0] == "[grader] passed\n"
+    assert verdicts[1].startswith("[grader] failed: AssertionError")
+    assert verdicts[2].startswith("[grader] not run: your code changed how the tests run")
+    assert shown.cells[2].source == "assert f() == 1"

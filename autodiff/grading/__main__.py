@@ -1,0 +1,90 @@
+"""The instructor's commands, behind the Makefile's grading targets.
+
+``python -m autodiff.grading release | collect ZIP | autograde | feedback | grades | restore``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .autograde import autograde, submitted_assignments
+from .collect import collect
+from .folders import FOLDERS, print_folder_copies, restore_folder
+from .gradebook import restore
+from .pipeline import feedback, grades, release
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m autodiff.grading", description=__doc__.split("\n\n")[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("release", help="write assignments/ from solutions/")
+    p = commands.add_parser("collect", help="take an LMS zip into submitted/")
+    p.add_argument("zip", type=Path)
+    p.add_argument("assignment", nargs="?")
+    p = commands.add_parser("autograde", help="grade submissions (each student apart)")
+    p.add_argument("assignment", nargs="?")
+    p.add_argument("--student")
+    p.add_argument("--force", action="store_true", help="grade again what is graded")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per student")
+    p.add_argument("--jobs", type=int, default=1, help="submissions graded at once")
+    p.add_argument(
+        "--sandbox", default="auto", help="bwrap (auto), or none: student code runs as you"
+    )
+    p.add_argument("--wait", action="store_true", help="wait for a grading run that is going")
+    p = commands.add_parser("feedback", help="HTML feedback without hidden tests")
+    p.add_argument("assignment", nargs="?")
+    commands.add_parser("grades", help="CSV and histograms in grading/")
+    p = commands.add_parser("restore", help="put back a kept copy of the gradebook or a folder")
+    p.add_argument("which", nargs="?", help="list | a copy's name or number | submitted ...")
+    p.add_argument("assignment", nargs="?", help="for a folder: the assignment")
+    p.add_argument("stamp", nargs="?", help="for a folder: which copy (default the newest)")
+    p.add_argument("--wait", action="store_true", help="wait for a grading run to end")
+    args = parser.parse_args(argv)
+    root = Path.cwd()
+    if not (root / "nbgrader_config.py").exists():
+        raise SystemExit("error: run this from the course root (where nbgrader_config.py is)")
+    if args.command == "release":
+        release(root)
+    elif args.command == "collect":
+        collect(root, args.zip, args.assignment)
+    elif args.command == "autograde":
+        names = [args.assignment] if args.assignment else submitted_assignments(root)
+        for name in names:
+            print(f"autograding {name}")
+            autograde(
+                root,
+                name,
+                args.student,
+                args.force,
+                args.timeout,
+                jobs=args.jobs,
+                sandbox=args.sandbox,
+                wait=args.wait,
+            )
+    elif args.command == "feedback":
+        feedback(root, args.assignment)
+    elif args.command == "grades":
+        grades(root)
+    elif args.command == "restore":
+        _restore(root, args.which, args.assignment, args.stamp, args.wait)
+    return 0
+
+
+def _restore(
+    root: Path, which: str | None, assignment: str | None, when: str | None, wait: bool
+) -> None:
+    if which == "list":
+        restore(root, "list")
+        print_folder_copies(root)
+    elif which in FOLDERS or which == "submissions":
+        restore_folder(root, which, assignment, when, wait)
+    else:
+        restore(root, which, wait)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

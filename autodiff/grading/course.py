@@ -1,0 +1,96 @@
+"""What the grading modules share: the course's folders, and running nbgrader in them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+GRADING_DIR = "grading"  # reports, logs and backups (git-ignored)
+
+
+# --- running nbgrader ---------------------------------------------------------------
+
+
+def nbgrader(root: Path, *args: str, timeout: float | None = None, log: Path | None = None):
+    """Run one nbgrader command in the course root; returns (exit code, output).
+
+    Output goes to a temporary file, not a pipe, so a kernel that outlives nbgrader
+    cannot block the reading. On a time-out, nbgrader and every process it started
+    (kernels start their own sessions, so they are found by parentage) are killed.
+    nbgrader finds ``alembic`` on PATH, hence the venv's bin first.
+    """
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    command = [sys.executable, "-m", "nbgrader", *args]
+    with tempfile.TemporaryFile("w+") as sink:
+        process = subprocess.Popen(
+            command, cwd=root, env=env, stdout=sink, stderr=subprocess.STDOUT
+        )
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(process.pid)
+            process.wait()
+            code = None
+        sink.seek(0)
+        output = sink.read()
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"$ nbgrader {' '.join(args)}\n{output}")
+    return code, output
+
+
+def kill_tree(pid: int) -> None:
+    """Kill ``pid`` and its descendants (Linux: read from /proc; elsewhere just ``pid``)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    doomed, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        doomed.append(current)
+        todo.extend(children.get(current, []))
+    for victim in doomed:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def assignments(root: Path) -> list[str]:
+    """The assignments: folders of ``solutions/`` holding a notebook."""
+    return sorted(p.parent.name for p in (root / "solutions").glob("*/*.ipynb"))
+
+
+def check_assignment(root: Path, assignment: str) -> None:
+    if assignment not in assignments(root):
+        known = ", ".join(assignments(root)) or "none"
+        raise SystemExit(f"error: no assignment {assignment!r} in solutions/ (there are: {known})")
+
+
+def stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def released_notebooks(root: Path, assignment: str) -> list[str]:
+    return sorted(p.stem for p in (root / "assignments" / assignment).glob("*.ipynb"))
+
+
+def database_url(root: Path) -> str:
+    """The gradebook's URL, as nbgrader_config.py sets it."""
+    return os.environ.get("NBGRADER_DB_URL", f"sqlite:///{root / 'gradebook.db'}")
+
+
+def open_gradebook(root: Path):
+    """nbgrader's Gradebook of the course (a context manager)."""
+    from nbgrader.api import Gradebook
+
+    return Gradebook(database_url(root), "autodiff")

@@ -1,0 +1,343 @@
+"""Running one notebook for grading: the kernel in the sandbox, the verdicts out here.
+
+``python -m autodiff.grading.execute NOTEBOOK FILES OUT`` runs ``NOTEBOOK`` (the
+submission with the instructor's test cells put back) in a kernel inside the sandbox
+(``sandbox.py``), with a private copy of the student's folder ``FILES`` as its working
+folder, and writes the executed notebook to ``OUT``. This process is the grader's:
+student code never runs in it and never sees ``OUT``.
+
+For each test cell it writes a verdict into the cell's metadata (``autodiff``):
+``passed``, ``failed`` (and the error's name), or ``tampered``. Before every test
+cell it asks the kernel-side monitor (``monitor.py``) whether an answer cell has
+changed how code runs (transformers, hooks, replaced functions); if so, the test is
+not run and scores zero, with the monitor's findings. The verdict, not what the
+kernel printed, is what feedback shows.
+
+A cell that kills the kernel or runs past its time costs that cell: the kernel
+restarts in a fresh sandbox, the earlier cells run again, and grading goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpec
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+from .sandbox import Limits, Sandbox, choose, remove_cgroups
+
+MONITOR_START = "import autodiff.grading.monitor as _autodiff_monitor; _autodiff_monitor.start()"
+MONITOR_CHECK = "__import__('autodiff.grading.monitor', fromlist=['check']).check({nonce!r})"
+NO_ANSWER = (
+    "the grader's check got no answer: an answer cell changed how the kernel runs code or prints"
+)
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernels start inside ``sandbox`` and talk over Unix
+    sockets in ``runtime``: the sandbox has no network to reach TCP ports."""
+
+    def __init__(self, sandbox: Sandbox, work: Path, runtime: Path, **kwargs):
+        super().__init__(**kwargs)
+        self.sandbox, self.work, self.runtime = sandbox, work, runtime
+        self.transport = "ipc"
+        self.ip = str(runtime / "kernel")
+        self.connection_file = str(runtime / "kernel.json")
+        # The kit's own Python, whatever kernel the notebook names; interrupts go as
+        # messages, since a signal to bwrap would not reach the kernel inside.
+        self._kernel_spec = KernelSpec(
+            argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            display_name="Python 3 (grading sandbox)",
+            language="python",
+            interrupt_mode="message",
+        )
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
+        command, preexec = self.sandbox.wrap(kernel_cmd, self.work, self.runtime)
+        kw["preexec_fn"] = preexec
+        kw["cwd"] = str(self.work)
+        # What the kernel process writes to its own stdout and stderr (a student can
+        # write there directly) goes nowhere: cells' output comes through messages.
+        kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
+        await super()._async_launch_kernel(command, **kw)
+
+    def exit_status(self) -> int | None:
+        """How the sandbox ended (bwrap exits 128 + signal when the kernel was killed)."""
+        process = getattr(self.provisioner, "process", None)
+        return None if process is None else process.poll()
+
+
+class GradingClient(NotebookClient):
+    """nbclient's NotebookClient with verdicts, the monitor, an output limit, and a
+    kernel that restarts when a cell kills it."""
+
+    def __init__(self, nb, km: SandboxedKernelManager, limits: Limits, **kwargs):
+        timeout = int(os.environ.get("GRADING_CELL_TIMEOUT", "60"))
+        super().__init__(
+            nb,
+            km=km,
+            timeout=timeout,
+            startup_timeout=120,
+            interrupt_on_timeout=True,
+            error_on_timeout={
+                "ename": "CellTimeoutError",
+                "evalue": f"the cell ran past its {timeout} s",
+                "traceback": [f"CellTimeoutError: the cell ran past its {timeout} s"],
+            },
+            allow_errors=True,
+            record_timing=False,
+            **kwargs,
+        )
+        self.limits = limits
+        self.output_bytes: dict[int, int] = {}
+        self.limit_hits: list[str] = []
+        self.findings: list[str] = []
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        await self._quietly(MONITOR_START, 0)
+        return kc
+
+    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+        if _is_test(cell):
+            findings = await self._check(cell_index)
+            if findings:
+                return _tampered(cell, findings, self.findings)
+        try:
+            cell = await super().async_execute_cell(
+                cell, cell_index, execution_count, store_history
+            )
+        except (DeadKernelError, CellTimeoutError) as error:
+            cell.outputs.append(_error_output(type(error).__name__, self._why_stopped()))
+            await self._restart(cell, cell_index)
+        else:
+            if cell.metadata.get("autodiff_timed_out"):
+                if not any(out.output_type == "error" for out in cell.outputs):
+                    cell.outputs.append(_error_output("CellTimeoutError", _TIMED_OUT))
+                # The interrupt may not have stopped it (a loop in C holds the GIL).
+                await self._restart(cell, cell_index)
+        self._note_limits(cell)
+        if _is_test(cell):
+            _record_verdict(cell)
+        return cell
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        if cell is not None:
+            cell.metadata["autodiff_timed_out"] = True
+        return await super()._async_handle_timeout(timeout, cell)
+
+    async def _check(self, cell_index: int) -> list[str]:
+        nonce = secrets.token_hex(8)
+        outputs = await self._quietly(MONITOR_CHECK.format(nonce=nonce), cell_index)
+        text = "".join(out.get("text", "") for out in outputs if out.output_type == "stream")
+        found = re.search(rf"AUTODIFF-CHECK {nonce} (\[.*\])", text)
+        if found is None:
+            return [NO_ANSWER]
+        try:
+            findings = json.loads(found[1])
+        except ValueError:
+            return [NO_ANSWER]
+        return [str(finding)[:200] for finding in findings]
+
+    async def _quietly(self, code: str, cell_index: int) -> list:
+        """Run the grader's own code in the kernel, outside the notebook's history."""
+        cell = nbformat.v4.new_code_cell(code)
+        real = self.nb.cells[cell_index] if self.nb.cells else None
+        try:
+            await super().async_execute_cell(cell, cell_index, store_history=False)
+        except (DeadKernelError, CellTimeoutError):
+            return []
+        finally:
+            if real is not None:
+                self.nb.cells[cell_index] = real
+        return cell.outputs
+
+    def _why_stopped(self) -> str:
+        status = self.km.exit_status()
+        if status == 128 + 24:  # SIGXCPU
+            limit = f"the CPU-time limit ({self.limits.cpu_seconds} s)"
+            self.limit_hits.append(limit)
+            return f"the kernel was stopped: it hit {limit}"
+        if status == 128 + 9:
+            return "the kernel was killed (out of memory, or a loop that ignored interrupts)"
+        return _STOPPED
+
+    async def _restart(self, cell, cell_index: int) -> None:
+        """A fresh kernel (in a fresh sandbox) with the state of the earlier cells,
+        bar the ones that crashed or hung; a replayed cell that crashes again is
+        skipped too, and the replay starts over."""
+        self.log.warning("Cell %d crashed or ran out of time: restarting the kernel", cell_index)
+        cell.metadata["autodiff_skipped"] = True
+        while True:
+            await self.km.restart_kernel(now=True)
+            await self.kc.wait_for_ready(timeout=self.startup_timeout)
+            await self._quietly(MONITOR_START, cell_index)
+            if await self._replay(cell_index):
+                return
+
+    async def _replay(self, index: int) -> bool:
+        for earlier, cell in enumerate(self.nb.cells[:index]):
+            if cell.cell_type != "code" or cell.metadata.get("autodiff_skipped"):
+                continue
+            replay = nbformat.from_dict(json.loads(json.dumps(cell)))
+            try:
+                await super().async_execute_cell(replay, earlier, store_history=False)
+            except (DeadKernelError, CellTimeoutError):
+                cell.metadata["autodiff_skipped"] = True
+                cell.outputs.append(_error_output("KernelDied", "(again, on replay) " + _STOPPED))
+                return False
+            finally:
+                self.nb.cells[earlier] = cell  # execute_cell stored the replay there
+        return True
+
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep at most ``limits.output_kb`` of output a cell; say so once when cut."""
+        size = len(json.dumps(msg.get("content", {}), default=str))
+        used = self.output_bytes.get(cell_index, 0) + size
+        self.output_bytes[cell_index] = used
+        budget = self.limits.output_kb * 1024
+        if used > budget:
+            if used - size <= budget:
+                note = f"the output limit ({self.limits.output_kb} KB a cell) was hit"
+                self.limit_hits.append(note)
+                outs.append(nbformat.v4.new_output("stream", name="stdout", text=f"[{note}]\n"))
+            return None
+        return super().output(outs, msg, display_id, cell_index)
+
+    def _note_limits(self, cell) -> None:
+        for out in cell.get("outputs", []):
+            if out.output_type != "error":
+                continue
+            text = f"{out.get('ename')}: {out.get('evalue')}"
+            for pattern, name in _LIMIT_ERRORS:
+                if re.search(pattern, text):
+                    self.limit_hits.append(name.format(limits=self.limits))
+
+
+_STOPPED = (
+    "the kernel stopped or stopped answering while running this cell (exit(), a crash, "
+    "running out of memory, or a loop that ignores interrupts)"
+)
+
+_TIMED_OUT = "the cell ran past its time and was stopped"
+
+_LIMIT_ERRORS = [
+    (r"^MemoryError", "the memory limit ({limits.memory_mb} MB)"),
+    (r"Resource temporarily unavailable", "the process limit ({limits.processes})"),
+    (r"Too many open files", "the open-files limit ({limits.open_files})"),
+    (r"File too large", "the file-size limit ({limits.file_size_mb} MB)"),
+]
+
+
+def _is_test(cell) -> bool:
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and meta.get("grade", False) and not meta.get("solution")
+
+
+def _error_output(name: str, message: str):
+    text = f"{name}: {message}. Grading went on in a fresh kernel without this cell."
+    return nbformat.v4.new_output("error", ename=name, evalue=message, traceback=[text])
+
+
+def _tampered(cell, findings: list[str], all_findings: list[str]):
+    """A test cell not run: what the monitor found instead of a verdict (zero points)."""
+    message = "not run, because " + "; ".join(findings)
+    cell.outputs = [_error_output("TamperingDetected", message)]
+    cell.metadata["autodiff"] = {"verdict": "tampered", "findings": findings}
+    all_findings.extend(f for f in findings if f not in all_findings)
+    return cell
+
+
+_SAFE_ERROR = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,60}$")
+
+
+def _record_verdict(cell) -> None:
+    """The grader's verdict of a test cell. A warning on stderr is not a failure, and
+    a value the cell displays is not partial credit (a student's code could print one):
+    the cell passes when it raised nothing."""
+    errors = [out for out in cell.outputs if out.output_type == "error"]
+    for out in cell.outputs:
+        if out.output_type == "stream" and out.name == "stderr":
+            out.name = "stdout"
+        if out.output_type == "execute_result":
+            out.output_type = "display_data"
+            out.pop("execution_count", None)
+    if not errors:
+        cell.metadata["autodiff"] = {"verdict": "passed"}
+        return
+    name = str(errors[0].get("ename", "Error"))
+    cell.metadata["autodiff"] = {
+        "verdict": "failed",
+        "error": name if _SAFE_ERROR.match(name) else "an error",
+    }
+
+
+def execute(
+    notebook: Path, files: Path, out: Path, sandbox: Sandbox, scratch: Path | None = None
+) -> nbformat.NotebookNode:
+    """Run ``notebook`` in ``sandbox`` with a private copy of ``files`` as its folder;
+    write the executed notebook (outputs, verdicts, limits hit) to ``out``."""
+    nb = nbformat.read(notebook, as_version=4)
+    private = Path(tempfile.mkdtemp(prefix="ad-", dir=scratch))
+    try:
+        work, runtime = private / "work", private / "rt"
+        shutil.copytree(files, work, symlinks=False, ignore=_not_needed)
+        runtime.mkdir(mode=0o700)
+        km = SandboxedKernelManager(sandbox, work, runtime)
+        client = GradingClient(nb, km, sandbox.limits)
+        client.execute()
+        nb.metadata.setdefault("autodiff", {})
+        nb.metadata["autodiff"]["sandbox"] = sandbox.describe()
+        nb.metadata["autodiff"]["limits_hit"] = sorted(set(client.limit_hits))
+        nb.metadata["autodiff"]["tampering"] = client.findings
+        nb.metadata["autodiff"]["skipped"] = [
+            index
+            for index, cell in enumerate(nb.cells)
+            if cell.metadata.get("autodiff_skipped") or cell.metadata.get("autodiff_timed_out")
+        ]
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        remove_cgroups()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out)
+    return nb
+
+
+def _not_needed(folder: str, names: list[str]) -> list[str]:
+    return [name for name in names if name in (".ipynb_checkpoints", "__pycache__")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autodiff.grading.execute")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        type=Path,
+        metavar="NOTEBOOK FILES OUT",
+        help="the notebook to run (tests included), the student's folder (copied, never "
+        "changed), where the executed notebook goes; repeated for more notebooks",
+    )
+    parser.add_argument("--sandbox", default="auto", help="auto, bwrap or none")
+    args = parser.parse_args(argv)
+    if len(args.runs) % 3:
+        parser.error("give NOTEBOOK FILES OUT for each notebook")
+    sandbox = choose(args.sandbox)
+    for start in range(0, len(args.runs), 3):
+        execute(*args.runs[start : start + 3], sandbox)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

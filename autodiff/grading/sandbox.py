@@ -1,0 +1,311 @@
+"""The OS sandbox that student code runs in while it is graded.
+
+Grading runs a student's notebook, so it runs code the instructor has never read.
+Here the kernel (and everything it starts) runs inside bubblewrap (``bwrap``,
+Linux user namespaces, the tool Flatpak uses), where
+
+* the only writable place is a private copy of the student's folder, mounted as
+  ``/home/student/work``; HOME, IPython's and Jupyter's folders are new and empty;
+* Python, the kit's virtual environment and the ``autodiff`` package are there
+  read-only; the gradebook, ``solutions/``, ``submitted/``, ``autograded/``,
+  ``feedback/``, backups, archives and the instructor's home are not there at all;
+* there is no network (a new network namespace with only loopback), and a new PID
+  namespace: whatever the kernel starts dies with it;
+* memory, CPU time, processes, open files and file size are limited (``Limits``).
+
+The grader talks to the kernel over Unix sockets in a folder made for that kernel
+alone (ZeroMQ's ``ipc`` transport), which is the one other folder mounted.
+
+``choose("none")`` runs kernels without a sandbox, as the instructor: only for a
+course whose students are all trusted, and the run says so loudly.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOME = "/home/student"
+WORK = f"{HOME}/work"  # the kernel's working folder: the student's private copy
+
+# Environment variables passed into the sandbox: nothing of the instructor's
+# (tokens, database URLs) goes in, only what Python and OpenBLAS need.
+_PASSED_ENV = ("LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+# Files of /etc that programs in the sandbox read; the rest of /etc stays out.
+_ETC = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "alternatives",
+    "fonts",
+    "mime.types",
+    "nsswitch.conf",
+    "hosts",
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one graded notebook may use; each is reported by name when hit.
+
+    Set them with environment variables (``GRADING_MEMORY_MB=2048 make autograde``).
+    """
+
+    memory_mb: int = 4096  # address space of each process (and in all, with cgroups)
+    cpu_seconds: int = 900  # CPU time of each process
+    processes: int = 64
+    open_files: int = 256
+    file_size_mb: int = 256  # largest file a notebook may write
+    output_kb: int = 1024  # output a cell may send back to the grader
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        names = {
+            "memory_mb": "GRADING_MEMORY_MB",
+            "cpu_seconds": "GRADING_CPU_SECONDS",
+            "processes": "GRADING_PROCESSES",
+            "open_files": "GRADING_OPEN_FILES",
+            "file_size_mb": "GRADING_FILE_SIZE_MB",
+            "output_kb": "GRADING_OUTPUT_KB",
+        }
+        values = {}
+        for attribute, variable in names.items():
+            if variable in os.environ:
+                values[attribute] = int(os.environ[variable])
+        return cls(**values)
+
+    def describe(self) -> str:
+        return (
+            f"memory {self.memory_mb} MB, CPU {self.cpu_seconds} s, "
+            f"{self.processes} processes, {self.open_files} open files, "
+            f"files up to {self.file_size_mb} MB, output {self.output_kb} KB a cell"
+        )
+
+
+@dataclass
+class Sandbox:
+    """How kernels are started: ``wrap`` turns a kernel's command into a sandboxed one.
+
+    ``kind`` is ``"bwrap"`` or ``"none"``. ``wrap`` returns the command and the
+    ``preexec_fn`` to start it with (the resource limits, and the cgroup).
+    """
+
+    kind: str
+    limits: Limits = field(default_factory=Limits)
+
+    def wrap(
+        self, command: list[str], work: Path, runtime: Path
+    ) -> tuple[list[str], Callable[[], None]]:
+        if self.kind == "none":
+            return command, _no_limits
+        group = _Cgroup.make(self.limits)
+        return _bwrap_command(command, work, runtime), _limiter(self.limits, group)
+
+    def describe(self) -> str:
+        if self.kind == "none":
+            return (
+                "NO SANDBOX: student code runs as you, with your files, the gradebook "
+                "and the solutions within reach (--sandbox none)"
+            )
+        groups = "with cgroup limits" if _Cgroup.available() else "with rlimits"
+        return f"bubblewrap sandbox {groups}: {self.limits.describe()}"
+
+
+def choose(kind: str = "auto", limits: Limits | None = None) -> Sandbox:
+    """The sandbox to grade in: ``"auto"`` (bubblewrap, or an error saying how to get
+    it), ``"bwrap"``, or ``"none"`` (no sandbox, on the instructor's explicit word)."""
+    limits = limits or Limits.from_env()
+    if kind == "none":
+        return Sandbox("none", limits)
+    if kind not in ("auto", "bwrap"):
+        raise SystemExit(f"error: unknown sandbox {kind!r}: use bwrap or none")
+    problem = bwrap_problem()
+    if problem:
+        raise SystemExit(
+            f"error: cannot grade in a sandbox: {problem}.\n"
+            "Install bubblewrap (Debian/Ubuntu: sudo apt install bubblewrap; Fedora: "
+            "sudo dnf install bubblewrap), or, only if every student is trusted, "
+            "grade without one: make autograde SANDBOX=none"
+        )
+    return Sandbox("bwrap", limits)
+
+
+def bwrap_problem() -> str | None:
+    """None when bubblewrap can start a sandbox here, else what stops it."""
+    if sys.platform != "linux":
+        return f"bubblewrap needs Linux (this is {sys.platform})"
+    if shutil.which("bwrap") is None:
+        return "the bwrap program is not installed"
+    trial = subprocess.run(
+        ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "--", "true"],
+        capture_output=True,
+        text=True,
+    )
+    if trial.returncode != 0:
+        why = trial.stderr.strip() or f"exit code {trial.returncode}"
+        return f"bwrap cannot make a sandbox ({why}; are user namespaces enabled?)"
+    return None
+
+
+def _bwrap_command(command: list[str], work: Path, runtime: Path) -> list[str]:
+    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+    args += ["--uid", "1000", "--gid", "1000", "--hostname", "grading"]
+    args += _system_mounts() + ["--proc", "/proc", "--dev", "/dev"]
+    # The empty folders first, then what is mounted into them (a venv may be in /home).
+    args += ["--size", str(256 * 2**20), "--tmpfs", "/tmp"]
+    args += ["--size", str(256 * 2**20), "--tmpfs", "/home", "--dir", HOME]
+    for path in _python_paths():
+        args += ["--ro-bind", path, path]
+    args += ["--bind", str(work), WORK]
+    args += ["--bind", str(runtime), str(runtime), "--chdir", WORK]
+    args += ["--clearenv"]
+    for name, value in _sandbox_env().items():
+        args += ["--setenv", name, value]
+    return [*args, "--", *command]
+
+
+def _system_mounts() -> list[str]:
+    """/usr read-only, the usual top-level links to it, and a few files of /etc."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64"):
+        path = Path("/") / top
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    for name in _ETC:
+        if (Path("/etc") / name).exists():
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def _python_paths() -> list[str]:
+    """Python, the virtual environment, and the autodiff package (read-only)."""
+    import autodiff
+
+    paths = {sys.base_prefix, sys.prefix, str(Path(autodiff.__file__).parent)}
+    return sorted(p for p in paths if not p.startswith("/usr/"))
+
+
+def _sandbox_env() -> dict[str, str]:
+    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+    bin_folder = str(Path(sys.executable).parent)
+    return env | {
+        "HOME": HOME,
+        "PATH": f"{bin_folder}:/usr/local/bin:/usr/bin:/bin",
+        "IPYTHONDIR": f"{HOME}/.ipython",
+        "JUPYTER_CONFIG_DIR": f"{HOME}/.jupyter",
+        "JUPYTER_DATA_DIR": f"{HOME}/.local/share/jupyter",
+        "MPLCONFIGDIR": f"{HOME}/.config/matplotlib",
+        "MPLBACKEND": "Agg",
+        "PYTHONNOUSERSITE": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+    }
+
+
+def _no_limits() -> None:
+    pass
+
+
+def _limiter(limits: Limits, group: _Cgroup | None) -> Callable[[], None]:
+    """The function Popen runs in the child before bwrap starts: limits, then cgroup."""
+
+    def apply() -> None:
+        memory = limits.memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 5))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        size = limits.file_size_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if os.geteuid() != 0:  # root's processes are not counted: the cgroup does it
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+        if group is not None:
+            group.enter()
+
+    return apply
+
+
+class _Cgroup:
+    """A cgroup per sandbox, where one can be made (root, cgroup v1 or v2): it caps
+    the processes and the memory of the whole sandbox, not of each process."""
+
+    ROOT = Path("/sys/fs/cgroup")
+
+    def __init__(self, folders: list[Path]):
+        self.folders = folders
+
+    @classmethod
+    def available(cls) -> bool:
+        return os.geteuid() == 0 and bool(cls._bases())
+
+    @classmethod
+    def _bases(cls) -> list[Path]:
+        if (cls.ROOT / "cgroup.controllers").exists():  # v2
+            controllers = (cls.ROOT / "cgroup.controllers").read_text().split()
+            return [cls.ROOT] if {"pids", "memory"} <= set(controllers) else []
+        bases = [cls.ROOT / "pids", cls.ROOT / "memory"]  # v1
+        return bases if all(os.access(base, os.W_OK) for base in bases) else []
+
+    @classmethod
+    def make(cls, limits: Limits) -> _Cgroup | None:
+        if not cls.available():
+            return None
+        name = f"autodiff-grading-{uuid.uuid4().hex[:12]}"
+        folders = []
+        try:
+            for base in cls._bases():
+                folder = base / name
+                folder.mkdir()
+                folders.append(folder)
+                cls._write_limits(folder, limits)
+        except OSError:
+            _Cgroup(folders).remove()
+            return None
+        return cls(folders)
+
+    @staticmethod
+    def _write_limits(folder: Path, limits: Limits) -> None:
+        memory = str(limits.memory_mb * 2**20)
+        settings = {
+            "pids.max": str(limits.processes),
+            "memory.max": memory,  # v2
+            "memory.limit_in_bytes": memory,  # v1
+        }
+        for name, value in settings.items():
+            if (folder / name).exists():
+                (folder / name).write_text(value)
+
+    def enter(self) -> None:
+        for folder in self.folders:
+            (folder / "cgroup.procs").write_text("0")
+
+    def remove(self) -> None:
+        for folder in self.folders:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+
+
+def remove_cgroups() -> None:
+    """Remove the cgroups of sandboxes that have ended (they are empty then)."""
+    if not _Cgroup.available():
+        return
+    for base in _Cgroup._bases():
+        for folder in base.glob("autodiff-grading-*"):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
