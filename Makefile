@@ -11,7 +11,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 	2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: lab test bench bench-gpu lint format clean release collect autograde feedback grades restore
+.PHONY: lab test bench bench-gpu lint format clean release collect autograde validate feedback grades restore
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: the kit needs Python 3.11 or newer on PATH" \
@@ -49,6 +49,11 @@ collect: $(VENV)/.installed-course
 autograde: $(VENV)/.installed-course
 	$(GRADE) autograde $(ASSIGNMENT) $(if $(STUDENT),--student "$(STUDENT)") $(if $(FORCE),--force) \
 		--jobs $(or $(JOBS),1) --sandbox $(or $(SANDBOX),auto) $(if $(WAIT),--wait)
+
+# A notebook run as grading runs it (sandbox, limits), with each test's verdict: NB=path
+validate: $(VENV)/.installed-course
+	@test -n "$(NB)" || { echo "usage: make validate NB=submitted/alice/a1/a1.ipynb"; exit 2; }
+	$(GRADE) validate "$(NB)" --sandbox $(or $(SANDBOX),auto)
 
 feedback: $(VENV)/.installed-course
 	$(GRADE) feedback $(ASSIGNMENT)

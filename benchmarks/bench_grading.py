@@ -1,25 +1,35 @@
-"""Seconds to autograde: one notebook per assignment, and a batch of 20 submissions.
+"""Seconds per notebook to autograde a batch, by sandbox, JOBS and size of the class.
 
-    python benchmarks/bench_grading.py [--batch-assignment a3_reverse_mode] [--batch 20]
+    python benchmarks/bench_grading.py [--assignment a3_reverse_mode] [--batch 8]
+                                       [--classes 20 500] [--repeats 2]
 
-In a temporary copy of the course, each assignment's solution is autograded with
-`autodiff.grading.pipeline.autograde` (one nbgrader process per student, as `make autograde`
-does) three times; then a batch of submissions (a mix of full and partial solutions)
-is graded twice: by `make autograde`'s path, and by one plain `nbgrader autograde`
-run over the whole batch, the peer that isolates nothing. Medians are printed.
+In a temporary copy of the course, a gradebook holding ``class`` other students
+(each with 5 graded assignments, made as ``bench_gradebook.py`` makes them) gets a
+batch of submissions of one assignment (model answers, some left blank), graded by
+``make autograde``'s own function with the bubblewrap sandbox and without it
+(``SANDBOX=none``), one at a time and two at a time (``JOBS=2``). Each setting runs
+``repeats`` times, interleaved; the median wall time per notebook is printed, with the
+ratio to the unsandboxed, one-at-a-time run. Unset OPENBLAS_CORETYPE and
+OPENBLAS_L2_SIZE in the command that runs this, as for every benchmark here.
 """
 
 import argparse
+import contextlib
+import io
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import nbformat
+from bench_gradebook import make_gradebook
 
-from autodiff.grading import pipeline as instructor
+from autodiff.grading import autograde as grader
+from autodiff.grading import pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,55 +50,56 @@ def _is_answer(cell) -> bool:
     return cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution", False)
 
 
-def submit(course: Path, student: str, assignment: str, text: str) -> None:
-    folder = course / "submitted" / student / assignment
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{assignment}.ipynb").write_text(text)
+def make_course(assignment: str, batch: int, others: int) -> Path:
+    course = Path(tempfile.mkdtemp(prefix="bench-grading-"))
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    make_gradebook(course, others, 5)  # the class: other students' graded work
+    with contextlib.redirect_stdout(io.StringIO()):
+        pipeline.release(course)
+    for number in range(batch):
+        text = student_copy(course, assignment, keep_every=(number % 4))
+        folder = course / "submitted" / f"student{number:02d}" / assignment
+        folder.mkdir(parents=True)
+        (folder / f"{assignment}.ipynb").write_text(text)
+    return course
+
+
+def seconds_per_notebook(course: Path, assignment: str, jobs: int, sandbox: str) -> float:
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        outcomes = grader.autograde(course, assignment, force=True, jobs=jobs, sandbox=sandbox)
+    elapsed = time.perf_counter() - started
+    assert all(o.status == "graded" for o in outcomes), [(o.student, o.status) for o in outcomes]
+    return elapsed / len(outcomes)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch-assignment", default="a3_reverse_mode")
-    parser.add_argument("--batch", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--assignment", default="a3_reverse_mode")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--classes", type=int, nargs="+", default=[20, 500])
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    course = Path(tempfile.mkdtemp(prefix="bench-grading-"))
-    shutil.copy(ROOT / "nbgrader_config.py", course)
-    shutil.copytree(ROOT / "solutions", course / "solutions")
-    instructor.release(course)
-
-    print("\nseconds to autograde one notebook (model answers), median of", args.repeats)
-    for assignment in instructor.assignments(course):
-        submit(course, "solo", assignment, student_copy(course, assignment, keep_every=0))
-        times = []
+    warnings.filterwarnings("ignore")  # nbgrader's SQLAlchemy warnings, not ours
+    # nbgrader's Gradebook runs `alembic` from PATH: the venv's, as the Makefile has it.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    settings = [("none", 1), ("bwrap", 1), ("none", 2), ("bwrap", 2)]
+    print(f"{args.batch} submissions of {args.assignment}; seconds per notebook, median")
+    print(f"{'class':>6} {'sandbox':>8} {'JOBS':>5} {'s/notebook':>11} {'vs none, 1':>11}")
+    for others in args.classes:
+        course = make_course(args.assignment, args.batch, others)
+        times: dict[tuple[str, int], list[float]] = {setting: [] for setting in settings}
         for _ in range(args.repeats):
-            (outcome,) = instructor.autograde(course, assignment, "solo", force=True)
-            times.append(outcome.seconds)
-        print(
-            f"  {assignment:<24} {statistics.median(times):6.1f} s  "
-            f"(min {min(times):.1f}, max {max(times):.1f}; score {outcome.score:g})"
-        )
-
-    assignment = args.batch_assignment
-    for number in range(args.batch):
-        text = student_copy(course, assignment, keep_every=(number % 4) + 1)
-        submit(course, f"student{number:02d}", assignment, text)
-    started = time.perf_counter()
-    instructor.autograde(course, assignment, force=True)
-    isolated = time.perf_counter() - started
-    started = time.perf_counter()
-    code, _ = instructor.nbgrader(course, "autograde", assignment, "--force")
-    plain = time.perf_counter() - started
-    count = args.batch + 1  # the batch and "solo"
-    print(f"\n{count} submissions of {assignment}:")
-    each = isolated / count
-    print(f"  make autograde (one process each): {isolated:6.1f} s  ({each:.1f} s each)")
-    print(
-        f"  plain nbgrader autograde (one run): {plain:6.1f} s  ({plain / count:.1f} s each)"
-        f"{'' if code == 0 else '  [nbgrader reported errors]'}"
-    )
-    print(f"  isolation costs {isolated / plain:.2f}x the plain run")
-    shutil.rmtree(course)
+            for sandbox, jobs in settings:
+                times[sandbox, jobs].append(
+                    seconds_per_notebook(course, args.assignment, jobs, sandbox)
+                )
+        base = statistics.median(times["none", 1])
+        for (sandbox, jobs), values in times.items():
+            median = statistics.median(values)
+            print(f"{others:>6} {sandbox:>8} {jobs:>5} {median:>11.2f} {median / base:>10.2f}x")
+        shutil.rmtree(course)
 
 
 if __name__ == "__main__":

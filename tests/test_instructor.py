@@ -163,7 +163,7 @@ def graded(course):
         submit(course, student, notebook)
     submitted_before = snapshot(course / "submitted")
     try:
-        outcomes = grader.autograde(course, TOY, student_timeout=300)
+        outcomes = grader.autograde(course, TOY, student_timeout=300, jobs=2)
     finally:
         patch.undo()
     return {o.student: o for o in outcomes}, submitted_before

@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("feedback", help="HTML feedback without hidden tests")
     p.add_argument("assignment", nargs="?")
     commands.add_parser("grades", help="CSV and histograms in grading/")
+    p = commands.add_parser("validate", help="run a notebook in the sandbox; its test verdicts")
+    p.add_argument("notebook", type=Path)
+    p.add_argument("--sandbox", default="auto", help="bwrap (auto), or none")
     p = commands.add_parser("restore", help="put back a kept copy of the gradebook or a folder")
     p.add_argument("which", nargs="?", help="list | a copy's name or number | submitted ...")
     p.add_argument("assignment", nargs="?", help="for a folder: the assignment")
@@ -45,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", action="store_true", help="wait for a grading run to end")
     args = parser.parse_args(argv)
     root = Path.cwd()
+    if args.command == "validate":  # any notebook, anywhere
+        return validate(args.notebook, args.sandbox)
     if not (root / "nbgrader_config.py").exists():
         raise SystemExit("error: run this from the course root (where nbgrader_config.py is)")
     if args.command == "release":
@@ -72,6 +77,29 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "restore":
         _restore(root, args.which, args.assignment, args.stamp, args.wait)
     return 0
+
+
+def validate(notebook: Path, sandbox: str) -> int:
+    """Run a notebook as grading would (in the sandbox, with its folder as the working
+    folder) and print each test cell's verdict; exit 1 when one did not pass."""
+    import tempfile
+
+    from .execute import execute
+    from .sandbox import choose
+
+    with tempfile.TemporaryDirectory() as scratch:
+        ran = execute(notebook, notebook.parent, Path(scratch) / "out.ipynb", choose(sandbox))
+    failed = 0
+    for cell in ran.cells:
+        verdict = cell.metadata.get("autodiff")
+        if verdict:
+            name = cell.metadata.get("nbgrader", {}).get("grade_id", "?")
+            detail = verdict.get("error") or "; ".join(verdict.get("findings", []))
+            print(f"{name:<30} {verdict['verdict']:<10} {detail}")
+            failed += verdict["verdict"] != "passed"
+    for hit in ran.metadata.get("autodiff", {}).get("limits_hit", []):
+        print(f"limit hit: {hit}")
+    return 1 if failed else 0
 
 
 def _restore(

@@ -33,6 +33,7 @@ from pathlib import Path
 import nbformat
 from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
@@ -100,6 +101,7 @@ class GradingClient(NotebookClient):
             record_timing=False,
             **kwargs,
         )
+        self.grading_km = km  # typed: nbclient's km attribute is any KernelManager
         self.limits = limits
         self.output_bytes: dict[int, int] = {}
         self.limit_hits: list[str] = []
@@ -165,7 +167,7 @@ class GradingClient(NotebookClient):
         return cell.outputs
 
     def _why_stopped(self) -> str:
-        status = self.km.exit_status()
+        status = self.grading_km.exit_status()
         if status == 128 + 24:  # SIGXCPU
             limit = f"the CPU-time limit ({self.limits.cpu_seconds} s)"
             self.limit_hits.append(limit)
@@ -181,8 +183,9 @@ class GradingClient(NotebookClient):
         self.log.warning("Cell %d crashed or ran out of time: restarting the kernel", cell_index)
         cell.metadata["autodiff_skipped"] = True
         while True:
-            await self.km.restart_kernel(now=True)
-            await self.kc.wait_for_ready(timeout=self.startup_timeout)
+            await ensure_async(self.grading_km.restart_kernel(now=True))
+            assert self.kc is not None
+            await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))  # type: ignore[attr-defined]
             await self._quietly(MONITOR_START, cell_index)
             if await self._replay(cell_index):
                 return
@@ -335,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give NOTEBOOK FILES OUT for each notebook")
     sandbox = choose(args.sandbox)
     for start in range(0, len(args.runs), 3):
-        execute(*args.runs[start : start + 3], sandbox)
+        notebook, files, out = args.runs[start : start + 3]
+        execute(notebook, files, out, sandbox)
     return 0
 
 

@@ -1,0 +1,209 @@
+"""The grading sandbox: what a student's kernel can see, reach and use.
+
+Each test runs a small notebook through ``execute.execute`` (what ``make autograde``
+runs for every submission) in bubblewrap and reads back what the kernel saw, or
+which limit it hit. The course folder, the instructor's home and a server on the
+host's loopback are all things the kernel must not reach.
+"""
+
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import nbformat
+import pytest
+from system_parts import require
+
+from autodiff.grading import sandbox as sandboxing
+from autodiff.grading.execute import execute
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bubblewrap():
+    require(sandboxing.bwrap_problem(), "apt install bubblewrap (Debian/Ubuntu)")
+
+
+def _meta(**fields):
+    nbgrader = {"grade": False, "locked": False, "schema_version": 3, "solution": False}
+    return {"nbgrader": {**nbgrader, "task": False, **fields}}
+
+
+def run(tmp_path, *sources, limits=None, files=None, tests=()):
+    """Run cells (a test cell for each index in ``tests``) in the sandbox; returns the
+    executed notebook and each cell's printed text."""
+    notebook = nbformat.v4.new_notebook()
+    for index, source in enumerate(sources):
+        meta = _meta(grade_id=f"c{index}")
+        if index in tests:
+            meta = _meta(grade_id=f"t{index}", grade=True, locked=True, points=1)
+        notebook.cells.append(nbformat.v4.new_code_cell(source, metadata=meta))
+    nbformat.write(notebook, tmp_path / "nb.ipynb")
+    folder = tmp_path / "student"
+    folder.mkdir(exist_ok=True)
+    for name, text in (files or {}).items():
+        (folder / name).write_text(text)
+    box = sandboxing.Sandbox("bwrap", limits or sandboxing.Limits())
+    ran = execute(tmp_path / "nb.ipynb", folder, tmp_path / "out.ipynb", box)
+    printed = [_text(cell) for cell in ran.cells]
+    return ran, printed
+
+
+def _text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append(out.get("text", "") or f"{out.get('ename', '')}: {out.get('evalue', '')}")
+    return "".join(parts)
+
+
+def test_the_kernel_sees_its_own_folder_and_nothing_of_the_course(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBGRADER_DB_URL", "postgresql://grader:secret@db/course")
+    secret = tmp_path / "gradebook.db"
+    secret.write_text("grades")
+    home = str(Path.home())
+    probe = (
+        "import os, pathlib\n"
+        "print(os.getcwd(), sorted(os.listdir('.')))\n"
+        f"print('course', os.path.exists({str(tmp_path)!r}), os.path.exists({str(secret)!r}))\n"
+        f"print('home', sorted(os.listdir({home!r})) if os.path.isdir({home!r}) else [])\n"
+        "print('env', 'NBGRADER_DB_URL' in os.environ, os.environ['HOME'])\n"
+    )
+    write = "open('mine.txt', 'w').write('changed'); print(open('data.csv').read())"
+    outside = (
+        "import autodiff, pathlib\n"
+        "target = pathlib.Path(autodiff.__file__).parent / 'planted.py'\n"
+        "try:\n    target.write_text('x = 1')\nexcept OSError as error:\n"
+        "    print('refused', error.strerror)"
+    )
+    _, printed = run(tmp_path, probe, write, outside, files={"data.csv": "1,2", "mine.txt": "v1"})
+    assert printed[0].splitlines()[0] == "/home/student/work ['data.csv', 'mine.txt']"
+    assert "course False False" in printed[0]
+    # Python may live under the instructor's home: then only its own folder is there.
+    listed = printed[0].split("home ", 1)[1].splitlines()[0]
+    assert set(eval(listed)) <= {".pyenv", ".local"}
+    assert "env False /home/student" in printed[0]
+    assert printed[1].strip() == "1,2"
+    assert (tmp_path / "student" / "mine.txt").read_text() == "v1"  # a private copy changed
+    assert "refused Read-only file system" in printed[2]
+    assert not (Path(__import__("autodiff").__file__).parent / "planted.py").exists()
+
+
+def test_no_network_not_even_the_hosts_loopback(tmp_path):
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    reached = []
+    threading.Thread(target=lambda: reached.append(server.accept()), daemon=True).start()
+    probe = (
+        "import socket\n"
+        f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
+        "    print('connected')\n"
+        "except OSError as error:\n    print('refused', error.errno)\n"
+        "try:\n    socket.getaddrinfo('pypi.org', 443)\n    print('resolved')\n"
+        "except OSError:\n    print('no names')"
+    )
+    _, printed = run(tmp_path, probe)
+    server.close()
+    assert "refused" in printed[0] and "no names" in printed[0]
+    assert reached == []
+
+
+def test_what_a_notebook_starts_ends_with_it(tmp_path):
+    marker = f"autodiff-sandbox-{os.getpid()}"
+    start = f"import subprocess\nsubprocess.Popen(['sh', '-c', 'exec -a {marker} sleep 300'])"
+    run(tmp_path, start, "print('done')")
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert found.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "limits, source, name",
+    [
+        (
+            sandboxing.Limits(memory_mb=1536),  # an idle kernel takes ~0.9 GB of addresses
+            "import numpy as np\nblock = np.ones(2**29)",  # 4 GiB
+            "the memory limit (1536 MB)",
+        ),
+        (
+            sandboxing.Limits(processes=16),
+            "import os, time\nkids = []\nfor _ in range(64):\n"
+            "    pid = os.fork()\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n"
+            "    kids.append(pid)",
+            "the process limit (16)",
+        ),
+        (
+            sandboxing.Limits(open_files=64),
+            "files = [open(f'f{i}', 'w') for i in range(200)]",
+            "the open-files limit (64)",
+        ),
+        (
+            sandboxing.Limits(file_size_mb=1),
+            "open('big', 'wb').write(b'x' * 3 * 2**20)",
+            "the file-size limit (1 MB)",
+        ),
+        (
+            sandboxing.Limits(output_kb=64),
+            "for i in range(4000):\n    print('x' * 100)",
+            "the output limit (64 KB a cell) was hit",
+        ),
+        (
+            sandboxing.Limits(cpu_seconds=3),
+            "while True:\n    pass",
+            "the CPU-time limit (3 s)",
+        ),
+    ],
+    ids=["memory", "processes", "open-files", "file-size", "output", "cpu-time"],
+)
+def test_each_limit_is_reported_by_name(tmp_path, monkeypatch, limits, source, name):
+    monkeypatch.setenv("GRADING_CELL_TIMEOUT", "30")
+    ran, printed = run(tmp_path, source, "print('next cell ran')", limits=limits)
+    assert name in ran.metadata["autodiff"]["limits_hit"]
+    assert "next cell ran" in printed[1]  # grading went on
+
+
+def test_verdicts_come_from_the_grader(tmp_path):
+    """A test passes when it raises nothing; a value it shows is not partial credit,
+    and a warning on stderr is not a failure."""
+    ran, _ = run(
+        tmp_path,
+        "def f(x):\n    return 2 * x",
+        "assert f(2) == 4",
+        "assert f(2) == 5, 'f(2) should be 5'",
+        "import sys\nprint('careful', file=sys.stderr)\nf(1)",
+        tests=(1, 2, 3),
+    )
+    verdicts = [cell.metadata.get("autodiff") for cell in ran.cells]
+    assert verdicts[1] == {"verdict": "passed"}
+    assert verdicts[2] == {"verdict": "failed", "error": "AssertionError"}
+    assert verdicts[3] == {"verdict": "passed"}
+    kinds = [out.output_type for out in ran.cells[3].outputs]
+    assert "execute_result" not in kinds and "stream" in kinds
+
+
+def test_no_sandbox_only_when_asked_and_said_loudly():
+    box = sandboxing.choose("none")
+    assert box.kind == "none" and box.describe().startswith("NO SANDBOX")
+    with pytest.raises(SystemExit, match="unknown sandbox 'docker-ish'"):
+        sandboxing.choose("docker-ish")
+
+
+def test_validate_prints_each_tests_verdict(tmp_path, capsys, monkeypatch):
+    from autodiff.grading import __main__ as grading_main
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("x = 2", metadata=_meta(grade_id="setup")),
+        nbformat.v4.new_code_cell(
+            "assert x == 2", metadata=_meta(grade_id="ok", grade=True, locked=True, points=1)
+        ),
+        nbformat.v4.new_code_cell(
+            "assert x == 3", metadata=_meta(grade_id="bad", grade=True, locked=True, points=1)
+        ),
+    ]
+    nbformat.write(notebook, tmp_path / "mine.ipynb")
+    monkeypatch.chdir(tmp_path)  # anywhere, not only in a course
+    assert grading_main.main(["validate", "mine.ipynb"]) == 1
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert lines == [["ok", "passed"], ["bad", "failed", "AssertionError"]]
