@@ -2,8 +2,10 @@
 
 import concurrent.futures
 import contextlib
+import inspect
 import sys
 import threading
+import types
 
 import pytest
 
@@ -110,3 +112,53 @@ def test_the_previous_profile_functions_are_restored(fails):
     finally:
         sys.setprofile(before[0])
         threading.setprofile(before[1])
+
+
+def run_again(source: str, name: str, first_line: int = 1):
+    """Define a function again from source, in autodiff.gradients' globals, as a
+    student could: ``exec(compile(...))`` of the reference's source."""
+    namespace = dict(vars(sys.modules["autodiff.gradients"]))
+    exec(compile("\n" * (first_line - 1) + source, "<student>", "exec"), namespace)
+    return namespace[name]
+
+
+def same_code_elsewhere(function, **changes):
+    code = function.__code__.replace(**changes)
+    return types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__)
+
+
+REFERENCE = inspect.getsource(ad.gradients)
+COPIES = {
+    "line-shifted exec": lambda: run_again(REFERENCE, "gradients", first_line=8),
+    "renamed": lambda: run_again(REFERENCE.replace("def gradients(", "def mine("), "mine"),
+    "co_firstlineno": lambda: same_code_elsewhere(ad.gradients, co_firstlineno=1000),
+    "co_filename": lambda: same_code_elsewhere(ad.gradients, co_filename="mine.py"),
+}
+
+
+@pytest.mark.parametrize("copy", COPIES.values(), ids=COPIES.keys())
+def test_a_copy_of_the_reference_is_caught(copy):
+    gradients = copy()
+    assert gradients is not ad.gradients
+    x = ad.tensor(2.0)
+    with pytest.raises(AssertionError, match="your code called autodiff.gradients.gradients"):
+        with forbid_calls(ad.gradients):
+            gradients(x * x, [x])
+
+
+def test_a_one_line_rule_written_like_the_library_is_not_caught():
+    """Exp.gradient is ``return [output_grad * node]``: a student writes the same,
+    and a class of the same name, as assignment 2 asks for Dual."""
+
+    class Exp(ad.Op, register=False):
+        def compute(self, x):
+            return ad.backend.namespace(x).exp(x)
+
+        def gradient(self, node, output_grad):
+            return [output_grad * node]
+
+    x = ad.tensor(1.0)
+    y = Exp.apply(x)
+    with forbid_calls(ad.ops.elementwise.Exp.gradient):
+        (dx,) = ad.gradients(y, [x])
+    assert dx.value == pytest.approx(2.718281828459045)

@@ -124,6 +124,18 @@ def square(x):
 """
 
 
+# An answer cell that turns every later assert into `pass`.
+FORGE = """
+import ast
+class Pass(ast.NodeTransformer):
+    def visit_Assert(self, node):
+        return ast.Pass()
+get_ipython().ast_transformers.append(Pass())
+def square(x):
+    return x * x
+"""
+
+
 @pytest.fixture(scope="module")
 def graded(course):
     """One autograde run over every kind of submission; returns {student: Outcome}."""
@@ -159,6 +171,8 @@ def graded(course):
     cases["frank"]["metadata"]["kernelspec"] = {"name": "julia-1.9", "display_name": "Julia"}
     cases["ivan"]["cells"][5]["source"] = "pass  # tests? what tests?"
     cases["mallory"]["cells"][2]["source"] = TAMPER.replace("COURSE", repr(str(course)))
+    cases["trudy"] = answered(course, cube="return 0")  # wrong, and hides it:
+    cases["trudy"]["cells"][2]["source"] = FORGE
     for student, notebook in cases.items():
         submit(course, student, notebook)
     submitted_before = snapshot(course / "submitted")
@@ -199,6 +213,12 @@ def test_each_submission_is_graded(graded, student, score, note):
     assert outcome.status == "graded"
     assert (outcome.score, outcome.max_score) == (score, 6)
     assert note in outcome.note
+
+
+def test_answers_that_change_how_tests_run_score_nothing_there(graded, course):
+    outcome = graded[0]["trudy"]
+    assert (outcome.status, outcome.score) == ("tampering", 0)
+    assert "an AST transformer was added (Pass)" in outcome.note
 
 
 def test_broken_notebook_is_reported_and_kept(graded, course):

@@ -37,9 +37,10 @@ from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
+from . import monitor
 from .sandbox import Limits, Sandbox, choose, remove_cgroups
 
-MONITOR_START = "import autodiff.grading.monitor as _autodiff_monitor; _autodiff_monitor.start()"
+MONITOR_START = "__import__('autodiff.grading.monitor', fromlist=['start']).start()"
 MONITOR_CHECK = "__import__('autodiff.grading.monitor', fromlist=['check']).check({nonce!r})"
 NO_ANSWER = (
     "the grader's check got no answer: an answer cell changed how the kernel runs code or prints"
@@ -102,6 +103,7 @@ class GradingClient(NotebookClient):
             **kwargs,
         )
         self.grading_km = km  # typed: nbclient's km attribute is any KernelManager
+        self.key = secrets.token_hex(16)  # signs the monitor's answers (monitor.py)
         self.limits = limits
         self.output_bytes: dict[int, int] = {}
         self.limit_hits: list[str] = []
@@ -109,8 +111,14 @@ class GradingClient(NotebookClient):
 
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
-        await self._quietly(MONITOR_START, 0)
+        await self._start_monitor(0)
         return kc
+
+    async def _start_monitor(self, cell_index: int) -> None:
+        outputs = await self._quietly(monitor.start_source(self.key), cell_index)
+        errors = [out for out in outputs if out.output_type == "error"]
+        if errors:  # before any student code: the grader's own fault, said loudly
+            raise RuntimeError(f"the grading monitor did not start: {errors[0].get('evalue')}")
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         if _is_test(cell):
@@ -133,6 +141,11 @@ class GradingClient(NotebookClient):
         self._note_limits(cell)
         if _is_test(cell):
             _record_verdict(cell)
+            # A hook that the student's code installed while this test ran may have
+            # decided it: checked again after the test, too.
+            findings = await self._check(cell_index)
+            if findings:
+                return _tampered(cell, findings, self.findings)
         return cell
 
     async def _async_handle_timeout(self, timeout, cell=None):
@@ -142,16 +155,10 @@ class GradingClient(NotebookClient):
 
     async def _check(self, cell_index: int) -> list[str]:
         nonce = secrets.token_hex(8)
-        outputs = await self._quietly(MONITOR_CHECK.format(nonce=nonce), cell_index)
+        outputs = await self._quietly(monitor.check_source(nonce), cell_index)
         text = "".join(out.get("text", "") for out in outputs if out.output_type == "stream")
-        found = re.search(rf"AUTODIFF-CHECK {nonce} (\[.*\])", text)
-        if found is None:
-            return [NO_ANSWER]
-        try:
-            findings = json.loads(found[1])
-        except ValueError:
-            return [NO_ANSWER]
-        return [str(finding)[:200] for finding in findings]
+        findings = monitor.read_answer(text, nonce, self.key)
+        return [NO_ANSWER] if findings is None else findings
 
     async def _quietly(self, code: str, cell_index: int) -> list:
         """Run the grader's own code in the kernel, outside the notebook's history."""
@@ -186,7 +193,7 @@ class GradingClient(NotebookClient):
             await ensure_async(self.grading_km.restart_kernel(now=True))
             assert self.kc is not None
             await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))  # type: ignore[attr-defined]
-            await self._quietly(MONITOR_START, cell_index)
+            await self._start_monitor(cell_index)
             if await self._replay(cell_index):
                 return
 

@@ -23,7 +23,7 @@ import inspect
 import sys
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -54,6 +54,60 @@ def _code_objects(target: Any) -> dict[types.CodeType, str]:
     return codes
 
 
+# Lines of code from which a copy of a forbidden function is caught too. Shorter
+# rules, such as Exp.gradient's ``return [output_grad * node]`` or a Dual's
+# ``__neg__``, are what a student writes word for word; only the functions
+# themselves are caught there.
+SUBSTANTIAL_LINES = 8
+
+
+def _fingerprint(code: types.CodeType) -> tuple:
+    """What a copy of a function keeps however it was made (its source run again
+    after blank lines, ``code.replace(co_firstlineno=...)``): its bytecode, the
+    names it uses and its constants, nested code compared the same way; not its
+    line numbers nor its file."""
+    constants = []
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            constants.append(_fingerprint(constant))
+        else:
+            constants.append((type(constant), constant))
+    return code.co_code, code.co_names, tuple(constants)
+
+
+def _substantial(code: types.CodeType) -> bool:
+    lines = {line for _, _, line in code.co_lines() if line is not None}
+    return len(lines) >= SUBSTANTIAL_LINES
+
+
+def _matcher(codes: dict[types.CodeType, str]) -> Callable[[types.CodeType], str | None]:
+    """A function telling which forbidden function some running code is: one of
+    ``codes`` (equal code objects), or a copy of a substantial one (the same
+    fingerprint). It runs on every call in the block, so it looks at the bytecode
+    first and remembers its verdict for each code object."""
+    by_bytecode: dict[bytes, list[tuple[types.CodeType, tuple | None, str]]] = {}
+    for code, name in codes.items():
+        fingerprint = _fingerprint(code) if _substantial(code) else None
+        by_bytecode.setdefault(code.co_code, []).append((code, fingerprint, name))
+    verdicts: dict[int, tuple[types.CodeType, str | None]] = {}
+
+    def match(code: types.CodeType) -> str | None:
+        candidates = by_bytecode.get(code.co_code)
+        if candidates is None:
+            return None
+        known = verdicts.get(id(code))
+        if known is not None and known[0] is code:
+            return known[1]
+        found = None
+        for forbidden, fingerprint, name in candidates:
+            if code == forbidden or (fingerprint and fingerprint == _fingerprint(code)):
+                found = name
+        verdicts[id(code)] = (code, found)  # code kept alive: its id stays its own
+        return found
+
+    return match
+
+
 @contextmanager
 def forbid_calls(*targets: Any, why: str = "") -> Iterator[None]:
     """Fail with ``AssertionError`` if any of ``targets`` runs inside the block.
@@ -68,11 +122,14 @@ def forbid_calls(*targets: Any, why: str = "") -> Iterator[None]:
     was reached (alias, attribute, method). Library functions that the
     forbidden ones do not call remain free to use. Threads started inside the
     block are watched too (``threading.setprofile``), and the block fails if
-    the code inside it switched the watch off with ``sys.setprofile``.
+    the code inside it switched the watch off with ``sys.setprofile``. A copy of
+    a forbidden function (its source run again, its code given another file or
+    other line numbers) counts as the function itself.
     """
     codes: dict[types.CodeType, str] = {}
     for target in targets:
         codes.update(_code_objects(target))
+    forbidden = _matcher(codes)
     caught: list[str] = []  # shared by every thread the watch runs in
 
     def message() -> str:
@@ -80,8 +137,9 @@ def forbid_calls(*targets: Any, why: str = "") -> Iterator[None]:
         return text + (f". {why}" if why else ".")
 
     def watch(frame: types.FrameType, event: str, arg: object) -> None:
-        if event == "call" and frame.f_code in codes and not caught:
-            caught.append(codes[frame.f_code])
+        name = forbidden(frame.f_code) if event == "call" and not caught else None
+        if name is not None:
+            caught.append(name)
             sys.setprofile(None)  # the error below must not be watched itself
             raise AssertionError(message())
 
