@@ -274,6 +274,11 @@ def test_regrading_skips_what_is_graded(graded, course):
     assert grader.autograde(course, TOY, student="alice") == []
     again = grader.autograde(course, TOY, student="alice", force=True)
     assert [(o.student, o.score) for o in again] == [("alice", 5)]
+    # what grading again replaced is kept, not deleted
+    kept = list((course / "grading" / "backups" / TOY).glob(f"*/autograded/alice/{TOY}.ipynb"))
+    assert kept and (course / "autograded" / "alice" / TOY / f"{TOY}.ipynb").exists()
+    instructor.feedback(course, TOY)
+    assert list((course / "grading" / "backups" / TOY).glob(f"*/feedback/alice/{TOY}.html"))
 
 
 def test_a_time_out_kills_the_kernels_too():

@@ -42,6 +42,7 @@ from .course import (
     released_notebooks,
     stamp,
 )
+from .folders import keep_copies
 from .normalize import normalize
 from .sandbox import choose
 
@@ -294,13 +295,9 @@ def _record(root: Path, assignment: str, students: list[str], staging: Path, exe
 
 
 def _keep_earlier(root: Path, assignment: str, students: list[str]) -> None:
-    """Copy earlier autograded notebooks and feedback aside before nbgrader replaces them."""
-    kept = root / GRADING_DIR / "backups" / assignment / stamp()
-    for student in students:
-        for folder in ("autograded", "feedback"):
-            earlier = root / folder / student / assignment
-            if earlier.is_dir():
-                shutil.copytree(earlier, kept / folder / student)
+    """Earlier autograded notebooks and feedback, copied aside before they are replaced."""
+    for folder in ("autograded", "feedback"):
+        keep_copies(root, assignment, folder, students)
 
 
 def _outcome(

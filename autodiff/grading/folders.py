@@ -20,6 +20,18 @@ from .gradebook import BACKUPS, STAMP_PATTERN, RunLock
 FOLDERS = ("submitted", "autograded", "feedback")
 
 
+def keep_copies(root: Path, assignment: str, folder: str, students: list[str]) -> Path | None:
+    """Copy ``<folder>/<student>/<assignment>/`` of each student aside before grading
+    replaces it, into ``grading/backups/<assignment>/<stamp>/<folder>/<student>/``;
+    returns where, or None when there was nothing to keep."""
+    kept = Path(root) / BACKUPS / assignment / stamp() / folder
+    for student in students:
+        earlier = Path(root) / folder / student / assignment
+        if earlier.is_dir():
+            shutil.copytree(earlier, kept / student)
+    return kept if kept.exists() else None
+
+
 def folder_copies(root: Path, assignment: str, folder: str) -> dict[str, Path]:
     """The kept copies of ``folder`` for ``assignment``, oldest first.
 

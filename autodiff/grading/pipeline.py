@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from .course import GRADING_DIR, assignments, nbgrader
+from .folders import keep_copies
 
 # --- release ------------------------------------------------------------------------
 
@@ -49,6 +50,8 @@ def feedback(root: Path, assignment: str | None = None) -> None:
     for name in [assignment] if assignment else assignments(root):
         if not list((root / "autograded").glob(f"*/{name}")):
             continue
+        students = sorted(p.parent.name for p in (root / "feedback").glob(f"*/{name}"))
+        keep_copies(root, name, "feedback", students)  # what --force replaces
         log = root / GRADING_DIR / "logs" / f"feedback-{name}.log"
         code, output = nbgrader(root, "generate_feedback", name, "--force", log=log)
         failed = re.findall(rf"error processing assignment '{name}' for student '([^']+)'", output)
