@@ -278,6 +278,7 @@ def test_regrading_skips_what_is_graded(graded, course):
     kept = list((course / "grading" / "backups" / TOY).glob(f"*/autograded/alice/{TOY}.ipynb"))
     assert kept and (course / "autograded" / "alice" / TOY / f"{TOY}.ipynb").exists()
     instructor.feedback(course, TOY)
+    instructor.feedback(course, TOY)  # again: the first one is kept
     assert list((course / "grading" / "backups" / TOY).glob(f"*/feedback/alice/{TOY}.html"))
 
 
