@@ -207,3 +207,12 @@ def test_validate_prints_each_tests_verdict(tmp_path, capsys, monkeypatch):
     assert grading_main.main(["validate", "mine.ipynb"]) == 1
     lines = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert lines == [["ok", "passed"], ["bad", "failed", "AssertionError"]]
+
+
+def test_a_link_in_a_submission_brings_nothing_in(tmp_path):
+    secret = tmp_path / "instructor-only.txt"
+    secret.write_text("the answers")
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / "notes.txt").symlink_to(secret)
+    _, printed = run(tmp_path, "import os\nprint(sorted(os.listdir('.')))")
+    assert printed[0].strip() == "[]"

@@ -178,7 +178,7 @@ def _stage(
     folder = staging / student / assignment
     folder.mkdir(parents=True)
     for extra in submitted.iterdir():  # timestamp.txt and the student's other files
-        if extra.is_file() and extra.suffix != ".ipynb":
+        if extra.is_file() and not extra.is_symlink() and extra.suffix != ".ipynb":
             shutil.copy(extra, folder / extra.name)
     notes: list[str] = []
     for name in released:

@@ -326,7 +326,10 @@ def execute(
 
 
 def _not_needed(folder: str, names: list[str]) -> list[str]:
-    return [name for name in names if name in (".ipynb_checkpoints", "__pycache__")]
+    """Caches, and links: a link in a submission could point at the instructor's files,
+    which copying would bring into the sandbox."""
+    skipped = [name for name in names if name in (".ipynb_checkpoints", "__pycache__")]
+    return skipped + [name for name in names if os.path.islink(os.path.join(folder, name))]
 
 
 def main(argv: list[str] | None = None) -> int:
