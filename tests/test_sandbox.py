@@ -216,3 +216,13 @@ def test_a_link_in_a_submission_brings_nothing_in(tmp_path):
     (tmp_path / "student" / "notes.txt").symlink_to(secret)
     _, printed = run(tmp_path, "import os\nprint(sorted(os.listdir('.')))")
     assert printed[0].strip() == "[]"
+
+
+def test_an_error_that_ipython_does_not_show_still_fails_the_test(tmp_path):
+    # IPython's run_code swallows bdb.BdbQuit without an error output
+    answer = "def square(x):\n    raise __import__('bdb').BdbQuit"
+    ran, _ = run(tmp_path, answer, "assert square(3) == 9", "assert True", tests=(1, 2))
+    assert ran.cells[1].metadata["autodiff"]["verdict"] == "failed"
+    # nbgrader scores by error outputs: there must be one
+    assert [out.output_type for out in ran.cells[1].outputs] == ["error"]
+    assert ran.cells[2].metadata["autodiff"] == {"verdict": "passed"}

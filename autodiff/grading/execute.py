@@ -139,6 +139,8 @@ class GradingClient(NotebookClient):
                 # The interrupt may not have stopped it (a loop in C holds the GIL).
                 await self._restart(cell, cell_index)
         self._note_limits(cell)
+        if not _is_test(cell):
+            cell.metadata.pop("autodiff_reply", None)
         if _is_test(cell):
             _record_verdict(cell)
             # A hook that the student's code installed while this test ran may have
@@ -147,6 +149,18 @@ class GradingClient(NotebookClient):
             if findings:
                 return _tampered(cell, findings, self.findings)
         return cell
+
+    async def _check_raise_for_error(self, cell, cell_index, exec_reply):
+        """Keep the kernel's reply status: an exception that IPython stops without
+        showing it (``bdb.BdbQuit``, which run_code swallows) leaves no error output,
+        but its reply says "error"."""
+        if exec_reply is not None:
+            content = exec_reply.get("content", {})
+            cell.metadata["autodiff_reply"] = {
+                "status": str(content.get("status")),
+                "ename": str(content.get("ename", "")),
+            }
+        return await super()._check_raise_for_error(cell, cell_index, exec_reply)
 
     async def _async_handle_timeout(self, timeout, cell=None):
         if cell is not None:
@@ -278,6 +292,14 @@ def _record_verdict(cell) -> None:
     a value the cell displays is not partial credit (a student's code could print one):
     the cell passes when it raised nothing."""
     errors = [out for out in cell.outputs if out.output_type == "error"]
+    reply = cell.metadata.pop("autodiff_reply", None) or {}
+    if reply.get("status", "ok") != "ok" and not errors:  # raised, but showed nothing
+        # an error output, since nbgrader scores a test by its error outputs
+        name = reply.get("ename") or "Error"
+        text = f"{name}: the cell raised an error that IPython did not show"
+        error = nbformat.v4.new_output("error", ename=name, evalue="", traceback=[text])
+        cell.outputs.append(error)
+        errors = [error]
     for out in cell.outputs:
         if out.output_type == "stream" and out.name == "stderr":
             out.name = "stdout"
