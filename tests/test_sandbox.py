@@ -226,3 +226,16 @@ def test_an_error_that_ipython_does_not_show_still_fails_the_test(tmp_path):
     # nbgrader scores by error outputs: there must be one
     assert [out.output_type for out in ran.cells[1].outputs] == ["error"]
     assert ran.cells[2].metadata["autodiff"] == {"verdict": "passed"}
+
+
+def test_feedback_names_only_known_errors(tmp_path):
+    # a class name of the student's choosing could carry a hidden test, encoded
+    answer = "class HGEZDGNBVGY3TQOJQ(Exception):\n    pass"
+    tests = (
+        "raise HGEZDGNBVGY3TQOJQ()",
+        "assert False",
+        "import numpy; numpy.linalg.inv(0 * numpy.eye(2))",
+    )
+    ran, _ = run(tmp_path, answer, *tests, tests=(1, 2, 3))
+    errors = [cell.metadata["autodiff"].get("error") for cell in ran.cells[1:]]
+    assert errors == ["an error", "AssertionError", "LinAlgError"]
