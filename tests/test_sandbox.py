@@ -239,3 +239,44 @@ def test_feedback_names_only_known_errors(tmp_path):
     ran, _ = run(tmp_path, answer, *tests, tests=(1, 2, 3))
     errors = [cell.metadata["autodiff"].get("error") for cell in ran.cells[1:]]
     assert errors == ["an error", "AssertionError", "LinAlgError"]
+
+
+def test_a_kernel_launcher_in_the_folder_is_not_the_kernel(tmp_path):
+    fake = (
+        "import sys; sys.path.pop(0)\n"
+        "import IPython.core.interactiveshell as m\n"
+        "m.InteractiveShell.showtraceback = lambda *a, **k: None\n"
+        "from ipykernel import kernelapp; kernelapp.launch_new_instance()\n"
+    )
+    files = {"ipykernel_launcher.py": fake}
+    ran, _ = run(tmp_path, "x = 1", "assert x == 2", files=files, tests=(1,))
+    assert ran.cells[1].metadata["autodiff"]["verdict"] == "failed"
+
+
+# An answer that plants a monitor of its own in the working folder, then crashes
+# the kernel so that the next one imports it: it would sign "clean" and hide errors.
+PLANT = '''
+FAKE = """
+import hmac
+_k = {}
+def start(key=''):
+    _k['k'] = key
+    import IPython.core.interactiveshell as m
+    m.InteractiveShell.showtraceback = lambda *a, **k: None
+def check(nonce):
+    sig = hmac.new(_k['k'].encode(), (nonce + ' []').encode(), 'sha256').hexdigest()
+    print('AUTODIFF-CHECK', nonce, '[]', sig)
+"""
+import os
+if not os.path.exists('autodiff'):
+    os.makedirs('autodiff/grading')
+    open('autodiff/__init__.py', 'w').close()
+    open('autodiff/grading/__init__.py', 'w').close()
+    open('autodiff/grading/monitor.py', 'w').write(FAKE)
+    os._exit(1)
+'''
+
+
+def test_a_package_planted_in_the_folder_does_not_replace_the_monitor(tmp_path):
+    ran, _ = run(tmp_path, PLANT, "assert False", tests=(1,))
+    assert ran.cells[1].metadata["autodiff"]["verdict"] == "failed"

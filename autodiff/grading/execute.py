@@ -60,7 +60,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         # The kit's own Python, whatever kernel the notebook names; interrupts go as
         # messages, since a signal to bwrap would not reach the kernel inside.
         self._kernel_spec = KernelSpec(
-            argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            # -P: the working folder (the student's) is not searched at start-up,
+            # so a file there named ipykernel_launcher.py is not the kernel.
+            argv=[sys.executable, "-P", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             display_name="Python 3 (grading sandbox)",
             language="python",
             interrupt_mode="message",

@@ -12,7 +12,9 @@ Protocol
 --------
 * Once, after the kernel starts and before any cell of the notebook, a silent
   execute of ``__import__('autodiff.grading.monitor', fromlist=['start']).start('<key>')``
-  (no name is left in the notebook's namespace), with a
+  (no name is left in the notebook's namespace; ``start_source`` first moves the
+  notebook's folder to the end of ``sys.path``, so that files a student left
+  there, an ``autodiff/`` of their own, cannot stand in for this module), with a
   fresh random key (hex digits). ``start`` records the baseline and installs an
   audit hook; later calls do nothing.
 * Before each graded test cell (and after the last cell), a cell whose whole
@@ -605,7 +607,12 @@ def notebook_code(code: types.CodeType) -> bool:
 def start_source(key: str) -> str:
     """The silent cell that starts the monitor, sent before the notebook's cells
     (and again after every kernel restart, before any cell is replayed)."""
-    return f"__import__('autodiff.grading.monitor', fromlist=['start']).start({key!r})"
+    # The notebook's folder ('' or the working folder in sys.path) goes last first:
+    # a student's autodiff/ or numpy.py there must not stand in for the monitor.
+    return (
+        "__import__('sys').path.sort(key=lambda p: p in ('', '.', __import__('os').getcwd()))"
+        f" or __import__('autodiff.grading.monitor', fromlist=['start']).start({key!r})"
+    )
 
 
 def check_source(nonce: str) -> str:
