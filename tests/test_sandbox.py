@@ -280,3 +280,13 @@ if not os.path.exists('autodiff'):
 def test_a_package_planted_in_the_folder_does_not_replace_the_monitor(tmp_path):
     ran, _ = run(tmp_path, PLANT, "assert False", tests=(1,))
     assert ran.cells[1].metadata["autodiff"]["verdict"] == "failed"
+
+
+def test_the_process_limit_is_set_inside_the_sandbox(monkeypatch, tmp_path):
+    # Set before bwrap, RLIMIT_NPROC counts all of the user's processes, those of
+    # other sandboxes running at once too; set inside, only the sandbox's own.
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    box = sandboxing.Sandbox("bwrap", sandboxing.Limits(processes=7))
+    command, _ = box.wrap(["python", "-m", "kernel"], tmp_path, tmp_path)
+    inside = command[command.index("--") + 1 :]
+    assert "RLIMIT_NPROC, (7, 7)" in inside[3] and inside[4:] == ["python", "-m", "kernel"]

@@ -108,6 +108,8 @@ class Sandbox:
         if self.kind == "none":
             return command, _no_limits
         group = _Cgroup.make(self.limits)
+        if os.geteuid() != 0:  # root's processes are not counted: the cgroup does it
+            command = _inside_process_limit(command, self.limits.processes)
         return _bwrap_command(command, work, runtime), _limiter(self.limits, group)
 
     def describe(self) -> str:
@@ -214,6 +216,22 @@ def _sandbox_env() -> dict[str, str]:
     }
 
 
+def _inside_process_limit(command: list[str], processes: int) -> list[str]:
+    """``command``, started by a Python that first limits processes inside the sandbox.
+
+    RLIMIT_NPROC counts every process of the user, in every user namespace below
+    the one it was set in: set before bwrap, the limit would be shared by the
+    instructor's own processes and by every sandbox running at once (a notebook
+    that starts 60 processes would stop another student's kernel from starting).
+    Set inside the sandbox's user namespace, it counts that sandbox's processes."""
+    limit = (
+        "import os, resource, sys; "
+        f"resource.setrlimit(resource.RLIMIT_NPROC, ({processes}, {processes})); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-P", "-c", limit, *command]
+
+
 def _no_limits() -> None:
     pass
 
@@ -229,8 +247,6 @@ def _limiter(limits: Limits, group: _Cgroup | None) -> Callable[[], None]:
         size = limits.file_size_mb * 2**20
         resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if os.geteuid() != 0:  # root's processes are not counted: the cgroup does it
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
         if group is not None:
             group.enter()
 
