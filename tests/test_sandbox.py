@@ -144,6 +144,11 @@ def test_what_a_notebook_starts_ends_with_it(tmp_path):
             "the file-size limit (1 MB)",
         ),
         (
+            sandboxing.Limits(disk_mb=64),
+            "for i in range(4):\n    open(f'part{i}', 'wb').write(b'x' * 30 * 2**20)",
+            "the disk limit (64 MB)",
+        ),
+        (
             sandboxing.Limits(output_kb=64),
             "for i in range(4000):\n    print('x' * 100)",
             "the output limit (64 KB a cell) was hit",
@@ -154,7 +159,7 @@ def test_what_a_notebook_starts_ends_with_it(tmp_path):
             "the CPU-time limit (3 s)",
         ),
     ],
-    ids=["memory", "processes", "open-files", "file-size", "output", "cpu-time"],
+    ids=["memory", "processes", "open-files", "file-size", "disk", "output", "cpu-time"],
 )
 def test_each_limit_is_reported_by_name(tmp_path, monkeypatch, limits, source, name):
     monkeypatch.setenv("GRADING_CELL_TIMEOUT", "30")

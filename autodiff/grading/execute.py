@@ -264,6 +264,7 @@ _LIMIT_ERRORS = [
     (r"Resource temporarily unavailable", "the process limit ({limits.processes})"),
     (r"Too many open files", "the open-files limit ({limits.open_files})"),
     (r"File too large", "the file-size limit ({limits.file_size_mb} MB)"),
+    (r"No space left on device", "the disk limit ({limits.disk_mb} MB)"),
 ]
 
 

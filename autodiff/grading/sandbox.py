@@ -34,6 +34,7 @@ from pathlib import Path
 
 HOME = "/home/student"
 WORK = f"{HOME}/work"  # the kernel's working folder: the student's private copy
+SUBMITTED = f"{HOME}/.submitted"  # the student's files as submitted, read-only
 
 # Environment variables passed into the sandbox: nothing of the instructor's
 # (tokens, database URLs) goes in, only what Python and OpenBLAS need.
@@ -65,6 +66,7 @@ class Limits:
     processes: int = 64
     open_files: int = 256
     file_size_mb: int = 256  # largest file a notebook may write
+    disk_mb: int = 512  # everything it writes in its folder (an in-memory folder that size)
     output_kb: int = 1024  # output a cell may send back to the grader
 
     @classmethod
@@ -75,6 +77,7 @@ class Limits:
             "processes": "GRADING_PROCESSES",
             "open_files": "GRADING_OPEN_FILES",
             "file_size_mb": "GRADING_FILE_SIZE_MB",
+            "disk_mb": "GRADING_DISK_MB",
             "output_kb": "GRADING_OUTPUT_KB",
         }
         values = {}
@@ -87,7 +90,8 @@ class Limits:
         return (
             f"memory {self.memory_mb} MB, CPU {self.cpu_seconds} s, "
             f"{self.processes} processes, {self.open_files} open files, "
-            f"files up to {self.file_size_mb} MB, output {self.output_kb} KB a cell"
+            f"files up to {self.file_size_mb} MB, {self.disk_mb} MB of disk, "
+            f"output {self.output_kb} KB a cell"
         )
 
 
@@ -108,9 +112,8 @@ class Sandbox:
         if self.kind == "none":
             return command, _no_limits
         group = _Cgroup.make(self.limits)
-        if os.geteuid() != 0:  # root's processes are not counted: the cgroup does it
-            command = _inside_process_limit(command, self.limits.processes)
-        return _bwrap_command(command, work, runtime), _limiter(self.limits, group)
+        command = _inside(command, self.limits)
+        return _bwrap_command(command, work, runtime, self.limits), _limiter(self.limits, group)
 
     def describe(self) -> str:
         if self.kind == "none":
@@ -158,7 +161,7 @@ def bwrap_problem() -> str | None:
     return None
 
 
-def _bwrap_command(command: list[str], work: Path, runtime: Path) -> list[str]:
+def _bwrap_command(command: list[str], work: Path, runtime: Path, limits: Limits) -> list[str]:
     args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
     args += ["--uid", "1000", "--gid", "1000", "--hostname", "grading"]
     args += _system_mounts() + ["--proc", "/proc", "--dev", "/dev"]
@@ -167,7 +170,9 @@ def _bwrap_command(command: list[str], work: Path, runtime: Path) -> list[str]:
     args += ["--size", str(256 * 2**20), "--tmpfs", "/home", "--dir", HOME]
     for path in _python_paths():
         args += ["--ro-bind", path, path]
-    args += ["--bind", str(work), WORK]
+    # The student's files, read-only, are copied into a folder of limited size.
+    args += ["--ro-bind", str(work), SUBMITTED]
+    args += ["--size", str(limits.disk_mb * 2**20), "--tmpfs", WORK]
     args += ["--bind", str(runtime), str(runtime), "--chdir", WORK]
     args += ["--clearenv"]
     for name, value in _sandbox_env().items():
@@ -216,20 +221,25 @@ def _sandbox_env() -> dict[str, str]:
     }
 
 
-def _inside_process_limit(command: list[str], processes: int) -> list[str]:
-    """``command``, started by a Python that first limits processes inside the sandbox.
+def _inside(command: list[str], limits: Limits) -> list[str]:
+    """``command``, started by a Python inside the sandbox that first copies the
+    student's files into the working folder and limits processes.
 
-    RLIMIT_NPROC counts every process of the user, in every user namespace below
-    the one it was set in: set before bwrap, the limit would be shared by the
-    instructor's own processes and by every sandbox running at once (a notebook
-    that starts 60 processes would stop another student's kernel from starting).
-    Set inside the sandbox's user namespace, it counts that sandbox's processes."""
-    limit = (
-        "import os, resource, sys; "
-        f"resource.setrlimit(resource.RLIMIT_NPROC, ({processes}, {processes})); "
+    The working folder is an in-memory folder of ``limits.disk_mb``: files written on
+    the host's disk could fill it (a file-size limit caps one file, not many).
+    RLIMIT_NPROC counts every process of the user, in every user namespace below the
+    one it was set in: set before bwrap, the limit would be shared by the instructor's
+    own processes and by every sandbox running at once (a notebook that starts 60
+    processes would stop another student's kernel from starting). Set inside the
+    sandbox's user namespace, it counts that sandbox's processes. (Run as root, the
+    kernel does not count processes at all: a cgroup does it there.)"""
+    start = (
+        "import os, resource, shutil, sys; "
+        f"shutil.copytree({SUBMITTED!r}, {WORK!r}, dirs_exist_ok=True); "
+        f"resource.setrlimit(resource.RLIMIT_NPROC, ({limits.processes}, {limits.processes})); "
         "os.execv(sys.argv[1], sys.argv[1:])"
     )
-    return [sys.executable, "-P", "-c", limit, *command]
+    return [sys.executable, "-P", "-c", start, *command]
 
 
 def _no_limits() -> None:
