@@ -295,3 +295,18 @@ def test_the_process_limit_is_set_inside_the_sandbox(monkeypatch, tmp_path):
     command, _ = box.wrap(["python", "-m", "kernel"], tmp_path, tmp_path)
     inside = command[command.index("--") + 1 :]
     assert "RLIMIT_NPROC, (7, 7)" in inside[3] and inside[4:] == ["python", "-m", "kernel"]
+
+
+def test_a_star_import_costs_only_the_tests_it_can_change(tmp_path):
+    """``from numpy import *`` hides the builtins ``all``, ``abs``...: a test calling
+    one of them is not run (np.all of a generator is always true), the others are."""
+    ran, _ = run(
+        tmp_path,
+        "from numpy import *\ndef f(x):\n    return 2 * x",
+        "assert f(2) == 4",
+        "assert all(f(x) == 2 * x for x in range(3))",
+        tests=(1, 2),
+    )
+    assert ran.cells[1].metadata["autodiff"] == {"verdict": "passed"}
+    assert ran.cells[2].metadata["autodiff"]["verdict"] == "tampered"
+    assert "hides the builtin all" in ran.cells[2].metadata["autodiff"]["findings"][0]
