@@ -316,6 +316,12 @@ def test_a_time_out_kills_the_kernels_too():
         "value.__class__ = Fake",
         "np = FakeNumpy()",  # rebinding a module the tests use
         "class Anything:\n    def __getattr__(self, name): return lambda *a: True",
+        # going for the course: the gradebook, files, processes, the kernel's startup
+        "sqlite3.connect('/srv/course/gradebook.db').execute('UPDATE grade SET auto_score = 9')",
+        "shutil.rmtree('/srv/course/submitted', ignore_errors=True)",
+        "subprocess.Popen(['sh', '-c', 'sleep 2; rm -f ../x'])",
+        "if os.fork() == 0:\n    os.execv('/bin/sh', ['sh'])",
+        "pathlib.Path.home().joinpath('.ipython/profile_default/startup/x.py').touch()",
     ],
 )
 def test_more_tricks_are_flagged(course, tmp_path, trick):

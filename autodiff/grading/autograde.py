@@ -353,7 +353,9 @@ _TRICKS = re.compile(
     r"tracemalloc\.(?:stop|reset_peak|clear_traces)|globals\(|f_back|currentframe|"
     r"inspect\.stack|__(?:eq|ne|lt|le|gt|ge)__|__array_function__|__class__\s*=|"
     r"\bexec\(|\beval\(|__getattr__|__closure__|(?m:^\s*(?:np|numpy|ad|autodiff)\s*=)|"
-    r"getsource|multiprocessing|\bimport sys\b"
+    r"getsource|multiprocessing|\bimport sys\b|"
+    # going for the course itself: the gradebook, files, processes, the kernel's startup
+    r"gradebook|sqlite3|shutil\.rmtree|subprocess|os\.(?:fork|system|exec\w*|kill)|\.ipython"
 )
 
 
