@@ -83,12 +83,13 @@ def autograde(
         return []
     with gradebook.guard(root, set(todo), wait=wait):
         outcomes = _grade(root, assignment, todo, student_timeout, jobs, box.kind)
-    for outcome in outcomes:  # once the gradebook is known to be kept, not before
-        if outcome.status in ("graded", "tampering"):
-            _stamp_file(root, outcome.student, assignment).parent.mkdir(parents=True, exist_ok=True)
-            _stamp_file(root, outcome.student, assignment).write_text(
-                _digest(root, outcome.student, assignment)
-            )
+    # Once the gradebook is known to be kept, not before: these files are done, whatever
+    # came of them (a time-out would cost its 15 minutes again on every run); FORCE=1
+    # grades them again.
+    for outcome in outcomes:
+        stamp_file = _stamp_file(root, outcome.student, assignment)
+        stamp_file.parent.mkdir(parents=True, exist_ok=True)
+        stamp_file.write_text(_digest(root, outcome.student, assignment))
     _write_report(root, assignment, outcomes)
     return outcomes
 
@@ -107,7 +108,6 @@ def _submitted(root: Path, assignment: str, student: str | None) -> list[str]:
 def _grade(
     root: Path, assignment: str, students: list[str], timeout: float, jobs: int, sandbox: str
 ) -> list[Outcome]:
-    started = {name: time.perf_counter() for name in students}
     outcomes: dict[str, Outcome] = {}
     staged: dict[str, list[str]] = {}
     sources = _source_cells(root, assignment)
@@ -120,19 +120,21 @@ def _grade(
         else:
             staged[name] = notes
     runs = _execute_all(root, assignment, list(staged), staging, executed, timeout, jobs, sandbox)
-    for name, problem in runs.items():
+    for name, (problem, _) in runs.items():
         if problem:
             status = "timed out" if problem.startswith("stopped after") else "failed"
             outcomes[name] = Outcome(name, status, note=problem)
             shutil.rmtree(staging / name, ignore_errors=True)
-    ready = [name for name in staged if not runs.get(name)]
+    ready = [name for name in staged if not runs[name][0]]
     if ready:
+        started = time.perf_counter()
         _record(root, assignment, ready, staging, executed)
+        print(f"recorded {len(ready)} grades in {time.perf_counter() - started:.1f} s")
     for name in ready:
         outcomes[name] = _outcome(root, assignment, name, staged[name], executed)
     for name in students:
         outcome = outcomes[name]
-        outcome.seconds = time.perf_counter() - started[name]
+        outcome.seconds = runs[name][1] if name in runs else 0.0  # its run in the sandbox
         if outcome.status not in ("graded", "tampering"):
             _forget(root, assignment, name)
         print(_describe(outcome))
@@ -190,9 +192,9 @@ def _stage(
         try:
             mine = nbformat.read(path, as_version=4) if path.exists() else None
         except Exception as error:  # not JSON, not a notebook: report, don't crash the run
-            return f"{path.name} is not a valid notebook ({type(error).__name__}: {error})"[
-                :300
-            ], []
+            shutil.rmtree(staging / student)
+            problem = f"{path.name} is not a valid notebook ({type(error).__name__}: {error})"
+            return problem[:300], []
         release = nbformat.read(root / "assignments" / assignment / f"{name}.ipynb", 4)
         staged, damage = normalize(
             mine or release, release, submitted_name=path.name, released_name=f"{name}.ipynb"
@@ -224,33 +226,33 @@ def _execute_all(
     timeout: float,
     jobs: int,
     sandbox: str,
-) -> dict[str, str]:
+) -> dict[str, tuple[str, float]]:
     """Run every staged notebook, ``jobs`` at a time, each in its own grader process
-    and sandbox; returns student -> problem ("" when it ran)."""
+    and sandbox; returns student -> (problem, "" when it ran; seconds it took)."""
     waiting = list(students)
     running: dict[str, tuple[subprocess.Popen, float]] = {}
-    problems: dict[str, str] = {}
+    runs: dict[str, tuple[str, float]] = {}
     while waiting or running:
         while waiting and len(running) < max(1, jobs):
             name = waiting.pop(0)
-            running[name] = (_start(root, assignment, name, staging, executed, sandbox), 0.0)
-            running[name] = (running[name][0], time.monotonic())
+            process = _start(root, assignment, name, staging, executed, sandbox)
+            running[name] = (process, time.monotonic())
         for name, (process, since) in list(running.items()):
-            if process.poll() is None and time.monotonic() - since < timeout:
+            seconds = time.monotonic() - since
+            if process.poll() is None and seconds < timeout:
                 continue
+            log = _log(root, assignment, name)
             if process.poll() is None:
                 kill_tree(process.pid)
                 process.wait()
-                problems[name] = (
-                    f"stopped after {timeout:.0f} s; see {_log(root, assignment, name)}"
-                )
+                runs[name] = (f"stopped after {timeout:.0f} s; see {log}", seconds)
             elif process.returncode != 0:
-                problems[name] = f"could not be run; see {_log(root, assignment, name)}"
+                runs[name] = (f"could not be run; see {log}", seconds)
             else:
-                problems[name] = ""
+                runs[name] = ("", seconds)
             del running[name]
         time.sleep(0.05)
-    return problems
+    return runs
 
 
 def _start(
