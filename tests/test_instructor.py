@@ -352,7 +352,12 @@ def test_feedback_shows_verdicts_not_what_the_kernel_printed():
         "assert f() == 1\n### BEGIN HIDDEN TESTS\nassert _secret_check(1)\n### END HIDDEN TESTS"
     )
     notebook = nbformat.v4.new_notebook()
-    notebook.metadata["autodiff"] = {"notes": ["the test cell 't' was deleted: it was put back"]}
+    notebook.metadata["autodiff"] = {
+        "notes": [
+            "the test cell 't' was deleted: it was put back",
+            "the cell '<img src=x onerror=alert(1)>' is not part of the assignment",
+        ]
+    }
     notebook.cells = [
         new_code("def f():\n    return 1", metadata=_meta(grade_id="f", solution=True)),
         new_code(hidden, metadata=_meta(grade_id="t", grade=True, locked=True, points=1)),
@@ -369,6 +374,10 @@ def test_feedback_shows_verdicts_not_what_the_kernel_printed():
     text = json.dumps(shown)
     assert leak not in text and "_secret_check" not in text
     assert "it was put back" in shown.cells[0].source
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    page = markdown2html_mistune(shown.cells[0].source)  # a name a student chose stays text
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert shown.cells[1].outputs == []
     verdicts = [cell.outputs[0].text for cell in shown.cells[2:]]
     assert verdicts[0] == "[grader] passed\n"

@@ -310,3 +310,13 @@ def test_a_star_import_costs_only_the_tests_it_can_change(tmp_path):
     assert ran.cells[1].metadata["autodiff"] == {"verdict": "passed"}
     assert ran.cells[2].metadata["autodiff"]["verdict"] == "tampered"
     assert "hides the builtin all" in ran.cells[2].metadata["autodiff"]["findings"][0]
+
+
+def test_a_notebook_of_many_chatty_cells_is_cut_too(tmp_path):
+    """Each cell under its own limit, but many of them: the notebook's total is
+    capped as well (at 16 cells' worth), so the grader's memory is."""
+    chatty = "print('x' * 50_000)"
+    ran, printed = run(tmp_path, *[chatty] * 24, limits=sandboxing.Limits(output_kb=64))
+    hits = ran.metadata["autodiff"]["limits_hit"]
+    assert any("output limit of a notebook" in hit for hit in hits)
+    assert sum(len(text) for text in printed) < 17 * 64 * 1024

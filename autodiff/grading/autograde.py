@@ -290,6 +290,7 @@ def _record(root: Path, assignment: str, students: list[str], staging: Path, exe
         "--force",
         f"--CourseDirectory.submitted_directory={staging.relative_to(root)}",
         f"--ReplayExecuted.folder={executed.parent}",
+        timeout=600 + 10 * len(students),  # no kernel runs here: generous, not endless
         log=log,
     )
     if code is None:
@@ -410,7 +411,9 @@ def _score(root: Path, assignment: str, student: str) -> tuple[float | None, flo
 
 def _describe(outcome: Outcome) -> str:
     score = "" if outcome.score is None else f"{outcome.score:g}/{outcome.max_score:g}"
-    note = f"  ({outcome.note})" if outcome.note else ""
+    # names a student chose (cells, files) must not drive the instructor's terminal
+    printable = "".join(c if c.isprintable() else "?" for c in outcome.note)
+    note = f"  ({printable})" if outcome.note else ""
     return f"{outcome.student:<20} {outcome.status:<16} {score:>9} {outcome.seconds:6.1f} s{note}"
 
 

@@ -42,6 +42,8 @@ from .sandbox import Limits, Sandbox, choose, remove_cgroups
 
 MONITOR_START = "__import__('autodiff.grading.monitor', fromlist=['start']).start()"
 MONITOR_CHECK = "__import__('autodiff.grading.monitor', fromlist=['check']).check({nonce!r})"
+NOTEBOOK_OUTPUT_CELLS = 16  # a notebook's output: at most 16 cells' limit in all
+
 NO_ANSWER = (
     "the grader's check got no answer: an answer cell changed how the kernel runs code or prints"
 )
@@ -108,6 +110,7 @@ class GradingClient(NotebookClient):
         self.key = secrets.token_hex(16)  # signs the monitor's answers (monitor.py)
         self.limits = limits
         self.output_bytes: dict[int, int] = {}
+        self.output_total = 0
         self.limit_hits: list[str] = []
         self.findings: list[str] = []
 
@@ -233,7 +236,13 @@ class GradingClient(NotebookClient):
         size = len(json.dumps(msg.get("content", {}), default=str))
         used = self.output_bytes.get(cell_index, 0) + size
         self.output_bytes[cell_index] = used
+        self.output_total += size
         budget = self.limits.output_kb * 1024
+        if self.output_total > NOTEBOOK_OUTPUT_CELLS * budget:  # many cells, each near it
+            note = f"the output limit of a notebook ({NOTEBOOK_OUTPUT_CELLS} cells' worth)"
+            if note not in self.limit_hits:
+                self.limit_hits.append(note)
+            return None
         if used > budget:
             if used - size <= budget:
                 note = f"the output limit ({self.limits.output_kb} KB a cell) was hit"

@@ -53,7 +53,10 @@ def feedback(root: Path, assignment: str | None = None) -> None:
         students = sorted(p.parent.name for p in (root / "feedback").glob(f"*/{name}"))
         keep_copies(root, name, "feedback", students)  # what --force replaces
         log = root / GRADING_DIR / "logs" / f"feedback-{name}.log"
-        code, output = nbgrader(root, "generate_feedback", name, "--force", log=log)
+        limit = 600 + 10 * len(students) + 10 * len(list((root / "autograded").glob(f"*/{name}")))
+        code, output = nbgrader(root, "generate_feedback", name, "--force", timeout=limit, log=log)
+        if code is None:
+            raise SystemExit(f"error: feedback for {name} took over {limit} s; see {log}")
         failed = re.findall(rf"error processing assignment '{name}' for student '([^']+)'", output)
         count = len(list((root / "feedback").glob(f"*/{name}/*.html")))
         print(f"feedback for {name}: {count} HTML files in feedback/*/{name}/")

@@ -114,7 +114,8 @@ class GraderFeedback(NbGraderPreprocessor):
         nb, resources = super().preprocess(nb, resources)
         notes = nb.metadata.get("autodiff", {}).get("notes", [])
         hits = nb.metadata.get("autodiff", {}).get("limits_hit", [])
-        lines = [f"- {note}" for note in notes] + [f"- limit hit: {hit}" for hit in hits]
+        lines = [f"- {_literal(note)}" for note in notes]
+        lines += [f"- limit hit: {_literal(hit)}" for hit in hits]
         text = "**From the grader.** Tests show their result; run your notebook to see outputs."
         if lines:
             text += "\n\nWhat the grader noticed:\n\n" + "\n".join(lines)
@@ -143,6 +144,18 @@ class GraderFeedback(NbGraderPreprocessor):
             if self.end in line:
                 hiding = False
         return hidden
+
+
+def _literal(text: str) -> str:
+    """``text`` shown as it is in Markdown: the notes quote what a student named (cells,
+    kernels, files), which must not become HTML, links or formatting in the page."""
+    out = []
+    for char in str(text)[:300]:
+        if char in "\\`*_{}[]()<>#+-.!|&~\"'":
+            out.append("\\" + char)
+        else:
+            out.append(char if char.isprintable() else "?")
+    return "".join(out)
 
 
 def _is_test(cell) -> bool:
