@@ -320,3 +320,25 @@ def test_a_notebook_of_many_chatty_cells_is_cut_too(tmp_path):
     hits = ran.metadata["autodiff"]["limits_hit"]
     assert any("output limit of a notebook" in hit for hit in hits)
     assert sum(len(text) for text in printed) < 17 * 64 * 1024
+
+
+@pytest.mark.parametrize(
+    "answer, finding",
+    [
+        (
+            "import sys\nsys.path.insert(0, '')",
+            "sys.path looks in the notebook's folder before installed packages",
+        ),
+        (
+            "import sys\nclass Finder:\n    def find_spec(self, name, path, target=None):\n"
+            "        return None\nsys.meta_path.insert(0, Finder())",
+            "an importer was added to sys.meta_path",
+        ),
+    ],
+    ids=["sys.path", "meta_path"],
+)
+def test_the_notebooks_own_modules_cannot_stand_in_for_the_tests(tmp_path, answer, finding):
+    ran, _ = run(tmp_path, answer, "import json\nassert json.loads('1') == 1", tests=(1,))
+    verdict = ran.cells[1].metadata["autodiff"]
+    assert verdict["verdict"] == "tampered"
+    assert any(finding in text for text in verdict["findings"])

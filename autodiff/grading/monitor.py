@@ -176,6 +176,7 @@ def begin(key: str, caller: types.FrameType) -> None:
     if ip is not None:
         watch_shell(state, ip)
     state["hooks"] = hooks(ip)
+    state["importers"] = list(sys.meta_path) + list(sys.path_hooks)
     state["user_ns"] = ip.user_ns if ip is not None else {}
     state["user_builtins"] = state["user_ns"].get("__builtins__", MISSING)
     state["setup"] = {path: find(path) for path in SETUP_NAMES.values()}
@@ -480,7 +481,28 @@ def findings_now() -> list[str]:
     for name, module in _STATE["modules"].items():
         if sys.modules.get(name) is not module:
             findings.append(f"sys.modules[{name!r}] was replaced")
-    return findings + notebook_findings() + thread_findings()
+    return findings + notebook_findings() + thread_findings() + import_findings()
+
+
+def import_findings() -> list[str]:
+    """A module the tests import must be the installed one: the notebook's folder may
+    not come before the installed packages in sys.path, and no import finder or path
+    hook of the notebook's own code may be added."""
+    findings = []
+    here = ("", ".", os.getcwd())
+    folder = [i for i, path in enumerate(sys.path) if path in here]
+    installed = [i for i, path in enumerate(sys.path) if path.startswith(_STATE["roots"])]
+    if folder and installed and min(folder) < max(installed):
+        findings.append("sys.path looks in the notebook's folder before installed packages")
+    for kind, now in (("sys.meta_path", sys.meta_path), ("sys.path_hooks", sys.path_hooks)):
+        for item in now:
+            if any(item is old for old in _STATE["importers"]):
+                continue
+            method = getattr(item, "find_spec", item)
+            code = getattr(getattr(method, "__func__", method), "__code__", None)
+            if code is not None and notebook_code(code):
+                findings.append(f"an importer was added to {kind} ({describe(item)})")
+    return findings
 
 
 def namespace_findings(prefix, where, entries, inherited) -> list[str]:
