@@ -99,3 +99,25 @@ def test_the_readme_fusion_example_runs(capsys):
     for got, want in zip([namespace["value"], namespace["dx"]], plain, strict=True):
         assert got.dtype == np.float32 and np.array_equal(got, want)
     assert namespace["tanh_grad"](2.0, 0.5).op.name == "fused"
+
+
+def test_grading_in_a_container_is_the_same_grading_with_bubblewrap():
+    """Without bubblewrap (macOS): `make autograde-container` builds an image with
+    bubblewrap and the kit and runs the same autograde command in it, the course mounted."""
+    dockerfile = (ROOT / "deploy" / "grading.Dockerfile").read_text()
+    assert "bubblewrap" in dockerfile and 'pip install --no-cache-dir ".[course]"' in dockerfile
+    assert 'ENTRYPOINT ["python", "-m", "autodiff.grading"]' in dockerfile
+    import subprocess
+
+    printed = subprocess.run(
+        ["make", "-n", "autograde-container", "ENGINE=podman", "ASSIGNMENT=a1", "JOBS=3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "podman build -t autodiff-grading -f deploy/grading.Dockerfile ." in printed
+    run = next(line for line in printed.splitlines() if "podman run" in line)
+    assert f'-v "{ROOT}":/course autodiff-grading autograde a1' in run
+    assert "seccomp=unconfined" in run  # bubblewrap needs user namespaces in there
+    assert "--jobs 3" in printed
