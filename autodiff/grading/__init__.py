@@ -2,13 +2,15 @@
 
 Students never need to read this package. What hidden tests import from it is
 ``forbid_calls`` (``from autodiff.grading import forbid_calls``); everything else
-runs on the instructor's side:
+runs on the instructor's side (``python -m autodiff.grading``, behind the Makefile):
 
-* ``course``: the course's folders and running nbgrader in them;
-* ``collect``: LMS downloads into ``submitted/``;
-* ``pipeline``: release, autograde, feedback, grades (the Makefile's targets,
-  through ``python -m autodiff.grading``);
-* ``plugins``: the preprocessors nbgrader runs (named in ``nbgrader_config.py``).
+* ``collect``: LMS downloads into ``submitted/``, every entry accounted for;
+* ``autograde``: stage, run and record a class; ``normalize`` rebuilds a
+  submission on the released cells; ``execute`` runs one notebook with its kernel in
+  the ``sandbox`` (bubblewrap, limits) and ``monitor`` watching the kernel;
+* ``gradebook`` and ``folders``: checked copies, the run lock, ``make restore``;
+* ``pipeline``: release, feedback, grades; ``plugins``: what nbgrader runs
+  (named in ``nbgrader_config.py``); ``course``: the course's folders and nbgrader.
 """
 
 from .helpers import forbid_calls
