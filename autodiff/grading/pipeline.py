@@ -1,20 +1,13 @@
-"""The instructor's side of the course: release, collect, autograde, feedback, grades.
+"""Release, feedback and grades: the nbgrader steps around autograding.
 
-The Makefile's grading targets call this module (``python -m autodiff.grading``),
-which drives nbgrader (configured in ``nbgrader_config.py``) and adds what a course
-with real students needs around it:
-
-* ``collect`` takes the zip an LMS hands out (Canvas, Moodle, or one folder per
-  student) and keeps a copy of every earlier submission before replacing it;
-* ``autograde`` grades each student in a separate process with a time limit, so an
-  infinite loop, a crashed kernel or a broken notebook costs that student's points
-  and nobody else's, and checks afterwards that the run did not touch other
-  students' grades or submissions;
-* ``feedback`` writes HTML without the hidden tests (their source and tracebacks);
+* ``release`` writes the student versions of ``solutions/`` into ``assignments/``;
+* ``feedback`` writes HTML from the autograded notebooks, made by the grader
+  (``plugins.GraderFeedback``): verdicts, no hidden tests, nothing a kernel printed;
+  the feedback it replaces is kept in ``grading/backups/``;
 * ``grades`` exports a CSV and a histogram per assignment.
 
-Everything writes a line per student to ``grading/`` so an instructor can see
-what happened without reading nbgrader's logs.
+Collecting is ``collect.py``, autograding ``autograde.py``; the Makefile calls all of
+them through ``python -m autodiff.grading``.
 """
 
 from __future__ import annotations
