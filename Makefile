@@ -26,8 +26,10 @@ $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 # Jupyter refuses to start as root (containers, CI) unless told it is deliberate.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# The venv's bin first on PATH: the formgrader runs `alembic` from it to set up the gradebook.
+# LAB_ARGS passes options to JupyterLab (a test: LAB_ARGS="--no-browser --port=8890").
 lab: $(VENV)/.installed-course
-	$(BIN)/jupyter lab $(ALLOW_ROOT)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS)
 
 # Everything, then the GPU tests again on a CuPy double (tests/fakecupy.py), so that the
 # GPU code paths run even where there is no GPU.
