@@ -111,10 +111,14 @@ def _grade(
     outcomes: dict[str, Outcome] = {}
     staged: dict[str, list[str]] = {}
     sources = _source_cells(root, assignment)
+    releases = {  # read once a run, not once a student
+        name: nbformat.read(root / "assignments" / assignment / f"{name}.ipynb", as_version=4)
+        for name in released_notebooks(root, assignment)
+    }
     staging = _fresh(root / GRADING_DIR / "staging" / assignment)
     executed = _fresh(root / GRADING_DIR / "executed" / assignment)
     for name in students:
-        problem, notes = _stage(root, assignment, name, sources, staging)
+        problem, notes = _stage(root, assignment, name, releases, sources, staging)
         if problem:
             outcomes[name] = Outcome(name, "invalid notebook", note=problem + "; kept as submitted")
         else:
@@ -170,13 +174,13 @@ def _source_cells(root: Path, assignment: str) -> dict[str, dict[str, str]]:
 
 
 def _stage(
-    root: Path, assignment: str, student: str, sources: dict, staging: Path
+    root: Path, assignment: str, student: str, releases: dict, sources: dict, staging: Path
 ) -> tuple[str, list[str]]:
     """Write the notebook to run: released cells, the student's answers, the tests.
     Returns (problem, damage notes); a problem means it cannot be graded."""
     submitted = root / "submitted" / student / assignment
     notebooks = sorted(submitted.glob("*.ipynb"))
-    released = released_notebooks(root, assignment)
+    released = list(releases)
     folder = staging / student / assignment
     folder.mkdir(parents=True)
     for extra in submitted.iterdir():  # timestamp.txt and the student's other files
@@ -195,7 +199,7 @@ def _stage(
             shutil.rmtree(staging / student)
             problem = f"{path.name} is not a valid notebook ({type(error).__name__}: {error})"
             return problem[:300], []
-        release = nbformat.read(root / "assignments" / assignment / f"{name}.ipynb", 4)
+        release = releases[name]
         staged, damage = normalize(
             mine or release, release, submitted_name=path.name, released_name=f"{name}.ipynb"
         )

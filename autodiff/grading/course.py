@@ -94,3 +94,10 @@ def open_gradebook(root: Path):
     from nbgrader.api import Gradebook
 
     return Gradebook(database_url(root), "autodiff")
+
+
+def is_test(cell) -> bool:
+    """A test cell: graded code the student does not write (nbgrader's metadata)."""
+    meta = cell.metadata.get("nbgrader", {})
+    graded = cell.cell_type == "code" and meta.get("grade", False)
+    return bool(graded) and not meta.get("solution", False)

@@ -38,6 +38,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 from . import monitor
+from .course import is_test
 from .sandbox import Limits, Sandbox, choose, remove_cgroups
 
 MONITOR_START = "__import__('autodiff.grading.monitor', fromlist=['start']).start()"
@@ -126,10 +127,9 @@ class GradingClient(NotebookClient):
             raise RuntimeError(f"the grading monitor did not start: {errors[0].get('evalue')}")
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
-        if _is_test(cell):
-            findings = _affecting(await self._check(cell_index), cell.source)
-            if findings:
-                return _tampered(cell, findings, self.findings)
+        test = is_test(cell)
+        if test and (findings := await self._findings(cell, cell_index)):
+            return _tampered(cell, findings, self.findings)
         try:
             cell = await super().async_execute_cell(
                 cell, cell_index, execution_count, store_history
@@ -144,16 +144,19 @@ class GradingClient(NotebookClient):
                 # The interrupt may not have stopped it (a loop in C holds the GIL).
                 await self._restart(cell, cell_index)
         self._note_limits(cell)
-        if not _is_test(cell):
+        if not test:
             cell.metadata.pop("autodiff_reply", None)
-        if _is_test(cell):
-            _record_verdict(cell)
-            # A hook that the student's code installed while this test ran may have
-            # decided it: checked again after the test, too.
-            findings = _affecting(await self._check(cell_index), cell.source)
-            if findings:
-                return _tampered(cell, findings, self.findings)
+            return cell
+        _record_verdict(cell)
+        # A hook that the student's code installed while this test ran may have
+        # decided it: checked again after the test, too.
+        if findings := await self._findings(cell, cell_index):
+            return _tampered(cell, findings, self.findings)
         return cell
+
+    async def _findings(self, test, cell_index: int) -> list[str]:
+        """What the monitor found that can change this test."""
+        return _affecting(await self._check(cell_index), test.source)
 
     async def _check_raise_for_error(self, cell, cell_index, exec_reply):
         """Keep the kernel's reply status: an exception that IPython stops without
@@ -275,11 +278,6 @@ _LIMIT_ERRORS = [
     (r"File too large", "the file-size limit ({limits.file_size_mb} MB)"),
     (r"No space left on device", "the disk limit ({limits.disk_mb} MB)"),
 ]
-
-
-def _is_test(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and meta.get("grade", False) and not meta.get("solution")
 
 
 def _error_output(name: str, message: str):

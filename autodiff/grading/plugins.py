@@ -20,6 +20,8 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from traitlets import Unicode
 
+from .course import is_test
+
 
 class ReplayExecuted(NbGraderPreprocessor):
     """Outputs and verdicts from the notebook the grader ran in the sandbox.
@@ -131,7 +133,7 @@ class GraderFeedback(NbGraderPreprocessor):
             kept = [line for n, line in enumerate(lines, 1) if n not in self._hidden(lines)]
             cell.source = "\n".join(kept).rstrip()
         verdict = cell.metadata.pop("autodiff", {})  # the findings are the instructor's
-        cell.outputs = [_verdict_output(verdict)] if _is_test(cell) else []
+        cell.outputs = [_verdict_output(verdict)] if is_test(cell) else []
         return cell, resources
 
     def _hidden(self, lines: list[str]) -> set[int]:
@@ -156,11 +158,6 @@ def _literal(text: str) -> str:
         else:
             out.append(char if char.isprintable() else "?")
     return "".join(out)
-
-
-def _is_test(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return meta.get("grade", False) and not meta.get("solution", False)
 
 
 def _verdict_output(verdict: dict):
