@@ -44,7 +44,7 @@ from .course import (
 )
 from .folders import keep_copies
 from .normalize import normalize
-from .sandbox import choose
+from .sandbox import choose, remove_stale_cgroups
 
 
 @dataclass
@@ -115,6 +115,7 @@ def _grade(
         name: nbformat.read(root / "assignments" / assignment / f"{name}.ipynb", as_version=4)
         for name in released_notebooks(root, assignment)
     }
+    remove_stale_cgroups()
     staging = _fresh(root / GRADING_DIR / "staging" / assignment)
     executed = _fresh(root / GRADING_DIR / "executed" / assignment)
     for name in students:

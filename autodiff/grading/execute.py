@@ -39,7 +39,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 from . import monitor
 from .course import is_test
-from .sandbox import Limits, Sandbox, choose, remove_cgroups
+from .sandbox import Limits, Sandbox, choose
 
 MONITOR_START = "__import__('autodiff.grading.monitor', fromlist=['start']).start()"
 MONITOR_CHECK = "__import__('autodiff.grading.monitor', fromlist=['check']).check({nonce!r})"
@@ -370,7 +370,7 @@ def execute(
         runtime.mkdir(mode=0o700)
         km = SandboxedKernelManager(sandbox, work, runtime)
         client = GradingClient(nb, km, sandbox.limits)
-        client.execute()
+        client.execute(cleanup_kc=True)  # our kernel manager: nbclient would leave it running
         nb.metadata.setdefault("autodiff", {})
         nb.metadata["autodiff"]["sandbox"] = sandbox.describe()
         nb.metadata["autodiff"]["limits_hit"] = sorted(set(client.limit_hits))
@@ -382,7 +382,7 @@ def execute(
         ]
     finally:
         shutil.rmtree(private, ignore_errors=True)
-        remove_cgroups()
+        sandbox.remove_cgroups()
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out)
     return nb

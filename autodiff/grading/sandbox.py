@@ -105,6 +105,7 @@ class Sandbox:
 
     kind: str
     limits: Limits = field(default_factory=Limits)
+    groups: list[_Cgroup] = field(default_factory=list)  # made by this grader process
 
     def wrap(
         self, command: list[str], work: Path, runtime: Path
@@ -112,8 +113,18 @@ class Sandbox:
         if self.kind == "none":
             return command, _no_limits
         group = _Cgroup.make(self.limits)
+        if group is not None:
+            self.groups.append(group)
         command = _inside(command, self.limits)
         return _bwrap_command(command, work, runtime, self.limits), _limiter(self.limits, group)
+
+    def remove_cgroups(self) -> None:
+        """Remove the cgroups of this process's sandboxes once they have ended; those
+        of other graders running at once are theirs to remove (one still empty, its
+        kernel about to enter it, must not go)."""
+        for group in self.groups:
+            group.remove()
+        self.groups.clear()
 
     def describe(self) -> str:
         if self.kind == "none":
@@ -325,13 +336,9 @@ class _Cgroup:
                 pass
 
 
-def remove_cgroups() -> None:
-    """Remove the cgroups of sandboxes that have ended (they are empty then)."""
-    if not _Cgroup.available():
-        return
-    for base in _Cgroup._bases():
-        for folder in base.glob("autodiff-grading-*"):
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+def remove_stale_cgroups() -> None:
+    """Remove the empty cgroups that graders killed on the way left behind. Called by
+    autograde under its run lock, before any sandbox of the run starts."""
+    if _Cgroup.available():
+        stale = [folder for base in _Cgroup._bases() for folder in base.glob("autodiff-grading-*")]
+        _Cgroup(stale).remove()  # a cgroup still in use is not empty: rmdir refuses it
