@@ -14,11 +14,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from system_parts import require
 
 from autodiff.grading import autograde as grader
 from autodiff.grading import course as course_dir
 from autodiff.grading import pipeline as instructor
 from autodiff.grading import plugins as nbgrader_plugins
+from autodiff.grading.sandbox import bwrap_problem
 
 pytest.importorskip("nbgrader")
 ROOT = Path(__file__).resolve().parent.parent
@@ -384,3 +386,23 @@ def test_feedback_shows_verdicts_not_what_the_kernel_printed():
     assert verdicts[1].startswith("[grader] failed: AssertionError")
     assert verdicts[2].startswith("[grader] not run: your code changed how the tests run")
     assert shown.cells[2].source == "assert f() == 1"
+
+
+def test_the_formgraders_autograde_runs_in_the_sandbox(graded, course):
+    """The Formgrader's button runs plain ``nbgrader autograde`` in the server, with no
+    executed notebook from ``make autograde``: ReplayExecuted runs it in the sandbox."""
+    require(bwrap_problem(), "apt install bubblewrap")
+    submit(course, "zoe", answered(course))
+    submit(course, "yann", answered(course, cube="return 0"))
+    yann = answered(course, cube="return 0")
+    yann["cells"][2]["source"] = TAMPER.replace("COURSE", repr(str(course)))
+    submit(course, "yann", yann)
+    for student in ("zoe", "yann"):
+        code, output = course_dir.nbgrader(course, "autograde", TOY, "--student", student)
+        assert code == 0, output[-3000:]
+    assert grader._score(course, TOY, "zoe") == (5, 6)
+    assert grader._score(course, TOY, "yann") == (2, 6)  # cube is wrong: 2 of 5 test points
+    autograded = nbformat.read(course / "autograded" / "yann" / TOY / f"{TOY}.ipynb", 4)
+    printed = "".join(out.get("text", "") for out in autograded.cells[2].outputs)
+    assert "found {" in printed and "True" not in printed  # the course is out of reach
+    assert autograded.metadata["autodiff"]["sandbox"].startswith("bubblewrap sandbox")

@@ -14,13 +14,17 @@ nbgrader runs these while it grades and makes feedback:
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
-from traitlets import Unicode
+from traitlets import Float, Unicode
 
-from .course import is_test
+from .course import is_test, kill_tree
+from .sandbox import bwrap_problem
 
 
 class ReplayExecuted(NbGraderPreprocessor):
@@ -30,23 +34,31 @@ class ReplayExecuted(NbGraderPreprocessor):
     executed notebooks to ``folder/<assignment>/<student>/``; nbgrader then records
     the grades from them. The cells must be the very cells that ran: a difference
     stops the student's grading rather than grade one text with another's outputs.
+
+    The Formgrader's autograde button runs nbgrader in the server with no ``folder``:
+    then the notebook is run here and now, by a grader process with the same sandbox
+    and limits (``_run_in_sandbox``), never by a kernel nbgrader starts itself.
     """
 
     folder = Unicode("", help="where make autograde put the executed notebooks").tag(config=True)
+    timeout = Float(900.0, help="seconds for one notebook run from the Formgrader").tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
-        path = (
-            Path(self.folder) / info["assignment"] / info["student"] / f"{info['notebook']}.ipynb"
-        )
-        if not self.folder or not path.is_file():
-            raise RuntimeError(
-                "notebooks are run by `make autograde`, in the grading sandbox: run that "
-                f"instead of nbgrader autograde (no executed notebook at {path})"
+        if self.folder:
+            path = (
+                Path(self.folder)
+                / info["assignment"]
+                / info["student"]
+                / f"{info['notebook']}.ipynb"
             )
-        executed = nbformat.read(path, as_version=4)
+            if not path.is_file():
+                raise RuntimeError(f"make autograde left no executed notebook at {path}")
+            executed = nbformat.read(path, as_version=4)
+        else:
+            executed = self._run_in_sandbox(nb, Path(resources["metadata"]["path"]))
         if [c.source for c in executed.cells] != [c.source for c in nb.cells]:
-            raise RuntimeError(f"{path} does not hold the cells being graded")
+            raise RuntimeError(f"the executed {info['notebook']} does not hold the cells graded")
         for cell, ran in zip(nb.cells, executed.cells, strict=True):
             if cell.cell_type == "code":
                 cell.outputs = ran.outputs
@@ -55,6 +67,35 @@ class ReplayExecuted(NbGraderPreprocessor):
                 cell.metadata["autodiff"] = ran.metadata["autodiff"]
         nb.metadata["autodiff"] = executed.metadata.get("autodiff", {})
         return nb, resources
+
+    def _run_in_sandbox(self, nb, files: Path):
+        """Run ``nb`` as ``make autograde`` does: ``execute.py`` in a process of its
+        own, its kernel in the sandbox with a private copy of the student's ``files``."""
+        problem = bwrap_problem()
+        if problem:
+            raise RuntimeError(
+                f"the Formgrader grades only in the sandbox, and {problem}: install "
+                "bubblewrap, or grade with make autograde (SANDBOX=none only if every "
+                "student is trusted)"
+            )
+        with tempfile.TemporaryDirectory(prefix="formgrader-") as scratch:
+            staged, out = Path(scratch) / "notebook.ipynb", Path(scratch) / "executed.ipynb"
+            nbformat.write(nb, staged)
+            command = [sys.executable, "-m", "autodiff.grading.execute"]
+            command += [str(staged), str(files), str(out), "--sandbox", "bwrap"]
+            log = Path(scratch) / "run.log"  # a file, not a pipe: see course.nbgrader
+            with log.open("w") as sink:
+                process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+                try:
+                    process.wait(timeout=self.timeout)
+                except subprocess.TimeoutExpired:
+                    kill_tree(process.pid)
+                    process.wait()
+                    raise RuntimeError(f"the notebook ran over {self.timeout:.0f} s") from None
+            if process.returncode != 0 or not out.is_file():
+                tail = log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"the sandboxed run failed:\n{tail}")
+            return nbformat.read(out, as_version=4)
 
 
 class RestoreCells(OverwriteCells):
