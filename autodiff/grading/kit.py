@@ -91,21 +91,26 @@ def build(root: Path, out_dir: Path) -> Path:
         for name, source in files.items():
             (kit / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, kit / name)
-        leaks = find_leaks(kit, secret_lines(root, files))
-        if leaks:
-            shown = "\n  ".join(leaks[:10])
-            raise SystemExit(
-                f"error: the student kit would give away {len(leaks)} lines of solutions/"
-                f" (answers or hidden tests), so none was written:\n  {shown}\n"
-                "Is assignments/ released from solutions/ (make release)?"
-            )
+        _refuse_leaks(kit, secret_lines(root, files))
         _zip(kit, staging / f"{KIT_NAME}.zip")
-        for made in (KIT_NAME, f"{KIT_NAME}.zip"):
+        for made in (KIT_NAME, f"{KIT_NAME}.zip"):  # only now is the older kit replaced
             _remove(out_dir / made)
             (staging / made).rename(out_dir / made)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir / KIT_NAME
+
+
+def _refuse_leaks(kit: Path, secrets: set[str]) -> None:
+    leaks = find_leaks(kit, secrets)
+    if leaks:
+        shown = "\n  ".join(leaks[:10])
+        raise SystemExit(
+            f"error: the student kit would give away {len(leaks)} lines of solutions/"
+            f" (answers or hidden tests); no kit was written:\n  {shown}\n"
+            "In assignments/, the release is older than solutions/ (make release) or an"
+            " answer is outside nbgrader's markers; elsewhere, take the line out of that file."
+        )
 
 
 def _zip(folder: Path, archive: Path) -> None:
