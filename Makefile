@@ -2,7 +2,7 @@
 #   make lab    open the course in JupyterLab        make test   run every test
 #   make bench  run the speed comparisons             make lint   ruff + mypy
 # Grading (README.md, "Grading"): make release, collect ZIP=..., autograde, feedback, grades,
-#   restore (copies of the gradebook and of folders)
+#   restore (copies of the gradebook and of folders); make student-kit: what students get
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +11,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 	2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: lab test bench bench-gpu lint format clean release collect autograde autograde-container validate feedback grades restore
+.PHONY: lab test bench bench-gpu lint format clean release collect autograde autograde-container validate feedback grades restore student-kit
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: the kit needs Python 3.11 or newer on PATH" \
@@ -83,6 +83,11 @@ grades: $(VENV)/.installed-course
 restore: $(VENV)/.installed-course
 	$(GRADE) restore $(WHICH) $(if $(WAIT),--wait) \
 		$(if $(filter submitted submissions autograded feedback,$(WHICH)),"$(ASSIGNMENT)" $(STAMP))
+
+# dist/autodiff-student-kit/ and its zip (deploy/student-kit/README.md): lectures, the
+# released assignments, the package; no solutions, no hidden tests, no instructor tools.
+student-kit: $(VENV)/.installed-course
+	$(GRADE) kit
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_engine.py

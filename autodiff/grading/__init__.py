@@ -10,7 +10,9 @@ runs on the instructor's side (``python -m autodiff.grading``, behind the Makefi
   the ``sandbox`` (bubblewrap, limits) and ``monitor`` watching the kernel;
 * ``gradebook`` and ``folders``: checked copies, the run lock, ``make restore``;
 * ``pipeline``: release, feedback, grades; ``plugins``: what nbgrader runs
-  (named in ``nbgrader_config.py``); ``course``: the course's folders and nbgrader.
+  (named in ``nbgrader_config.py``); ``course``: the course's folders and nbgrader;
+* ``kit``: the student kit (``make student-kit``), which ships this file and
+  ``helpers`` only.
 """
 
 from .helpers import forbid_calls

@@ -1,6 +1,7 @@
 """The instructor's commands, behind the Makefile's grading targets.
 
-``python -m autodiff.grading release | collect ZIP | autograde | feedback | grades | restore``
+``python -m autodiff.grading release | collect ZIP | autograde | feedback | grades | restore
+| kit``
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from .autograde import autograde, submitted_assignments
 from .collect import collect
 from .folders import FOLDERS, print_folder_copies, restore_folder
 from .gradebook import restore
+from .kit import build as build_kit
 from .pipeline import feedback, grades, release
 
 
@@ -46,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignment", nargs="?", help="for a folder: the assignment")
     p.add_argument("stamp", nargs="?", help="for a folder: which copy (default the newest)")
     p.add_argument("--wait", action="store_true", help="wait for a grading run to end")
+    p = commands.add_parser("kit", help="release, then the student kit in dist/")
+    p.add_argument("--out", type=Path, default=Path("dist"), help="folder for the kit")
     args = parser.parse_args(argv)
     root = Path.cwd()
     if args.command == "validate":  # any notebook, anywhere
@@ -76,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         grades(root)
     elif args.command == "restore":
         _restore(root, args.which, args.assignment, args.stamp, args.wait)
+    elif args.command == "kit":
+        release(root)  # students get the release of today's solutions/
+        kit = args.out / build_kit(root, root / args.out).name
+        print(f"student kit: {kit}/ and {kit}.zip")
     return 0
 
 
