@@ -300,6 +300,20 @@ def test_each_student_fetches_feedback_with_their_own_score(run):
     assert "feedback already fetched" in run.out["list bob"]
 
 
+def test_nbgrader_collect_collects_as_make_collect_does(run):
+    """The formgrader's Collect button runs nbgrader's collect: the kit's, by config."""
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "collect", A2],
+        cwd=run.instructor.root,
+        env=dict(os.environ, NBGRADER_EXCHANGE=str(run.instructor.exchange)),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "alice        already collected" in done.stderr
+    assert "the latest of 2 submissions" in done.stderr
+
+
 # --- each bad input of a collection ------------------------------------------------------
 
 

@@ -12,10 +12,9 @@ the same way (the latest submission per student) but cannot give these guarantee
 * it follows symlinks, so a link a student leaves in inbound copies any file the
   instructor can read (solutions, the gradebook) into ``submitted/``; here links
   are skipped and named;
-* it files a submission under whatever comes before the first ``+``, so a student id
-  of ``..`` writes beside ``submitted/``; here ids must be safe folder names;
-* one badly named entry, which any student can make, stops the collection of the
-  whole class; here that entry is reported and the others are collected;
+* one badly named entry, which any student can make (``eve+a2+notatime``), stops
+  the collection of the whole class with a traceback; here that entry is reported and
+  the others are collected (student ids must be safe folder names, as for zips);
 * it deletes the earlier submission before copying the new one, so a copy that fails
   (disk full, an unreadable file) loses both; here the new one is copied first and the
   earlier one is kept in ``grading/backups/`` (``folders.keep_copies``), as for zips.
