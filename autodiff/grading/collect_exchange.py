@@ -71,7 +71,7 @@ def collect_exchange(root: Path, assignment: str | None = None) -> list[Path]:
     published, and entries that cannot be taken stay in the exchange, each reported.
     """
     inbound = exchange.course_folder(root) / "inbound"
-    if not inbound.parent.is_dir():
+    if os.access(inbound.parent.parent, os.X_OK) and not inbound.parent.exists():
         raise SystemExit(
             f"error: nothing is published in the exchange {exchange.exchange_root(root)}: "
             f"`make release` publishes the assignments ({exchange.HOW_TO_MOVE})"
@@ -125,7 +125,9 @@ def _judge(path: Path, published: list[str]) -> Submission:
     if path.is_symlink() or not path.is_dir():
         return entry.refuse("a link or a file, not a submission's folder")
     if not os.access(path, os.R_OK | os.X_OK):
-        return entry.refuse(f"you cannot read it ({exchange.describe(path)})")
+        return entry.refuse(
+            f"you cannot read it ({exchange.describe(path)}): the student can submit again"
+        )
     return entry
 
 
@@ -171,7 +173,7 @@ def _take(root: Path, assignment: str, latest: list[Submission], run: str) -> No
         target = root / "submitted" / entry.student / assignment
         if entry.student not in replaced and target.exists():
             entry.status = "already collected"
-            entry.reason = _join("nothing newer in the exchange", entry.reason)
+            entry.reason = _join("nothing newer to collect", entry.reason)
             continue
         problem = _copy(entry, target)
         if problem:

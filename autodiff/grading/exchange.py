@@ -28,7 +28,8 @@ from pathlib import Path
 from .course import GRADING_DIR, nbgrader
 
 COURSE_ID = "autodiff"
-# What students ("others") need on each folder, and the mode that gives it.
+# Each folder of the course: what students ("others") need on it, the mode that gives
+# it (nbgrader's), and what goes wrong without.
 STUDENTS_NEED = {
     "outbound": (stat.S_IROTH | stat.S_IXOTH, "755", "students cannot fetch assignments"),
     "inbound": (stat.S_IWOTH | stat.S_IXOTH, "2733", "students cannot submit"),
@@ -88,22 +89,27 @@ def problems(root: Path) -> list[str]:
     if not exchange.is_dir():
         return [f"the exchange {exchange} does not exist: `make release` makes it"]
     found = []
-    mode = stat.S_IMODE(exchange.stat().st_mode)
-    if mode & 0o003 != 0o003:
+    if stat.S_IMODE(exchange.stat().st_mode) & 0o003 != 0o003:
         found.append(
             f"{describe(exchange)}: students' nbgrader commands refuse an exchange they "
             f"cannot write to; fix: chmod 1777 {exchange}"
         )
     course = exchange / COURSE_ID
-    if course.exists():
-        found += _check_mine(course, 0o005, "755", "students cannot reach the course")
-    elif not os.access(exchange, os.W_OK | os.X_OK):
+    if not os.access(exchange, os.R_OK | os.W_OK | os.X_OK):  # nothing inside can be seen
+        owner = _owner(exchange.stat().st_uid)
         found.append(
-            f"{describe(exchange)}: you cannot make the course's folder in it; "
-            f"fix: chmod 1777 {exchange} (as its owner)"
+            f"{describe(exchange)}: you cannot use it; fix: chmod 1777 {exchange} (as {owner})"
         )
+    elif course.exists() or course.is_symlink():
+        mine = _check_mine(course, 0o005, "755", "students cannot reach the course")
+        found += mine or _check_course(course)  # when it is sound, what it holds
+    return found
+
+
+def _check_course(course: Path) -> list[str]:
+    found = []
     for name, (bits, fix, consequence) in STUDENTS_NEED.items():
-        if (course / name).exists():
+        if (course / name).exists() or (course / name).is_symlink():
             found += _check_mine(course / name, bits, fix, consequence)
     inbound = course / "inbound"
     if inbound.is_dir() and stat.S_IMODE(inbound.stat().st_mode) & stat.S_IROTH:
