@@ -1,8 +1,9 @@
 # The kit's commands. Everything runs inside .venv, made once from any Python >= 3.11.
 #   make lab    open the course in JupyterLab        make test   run every test
 #   make bench  run the speed comparisons             make lint   ruff + mypy
-# Grading (README.md, "Grading"): make release, collect ZIP=..., autograde, feedback, grades,
-#   restore (copies of the gradebook and of folders); make student-kit: what students get
+# Grading (README.md, "Grading"): make release (also to the nbgrader exchange), collect
+#   (the exchange, or ZIP=... an LMS download), autograde, feedback, grades, restore
+#   (copies of the gradebook and of folders); make student-kit: what students get
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -43,9 +44,10 @@ GRADE := $(BIN)/python -m autodiff.grading
 release: $(VENV)/.installed-course
 	$(GRADE) release
 
+# make collect [ASSIGNMENT=name]: the latest submissions in the nbgrader exchange;
+# make collect ZIP=download.zip [ASSIGNMENT=name]: an LMS download.
 collect: $(VENV)/.installed-course
-	@test -n "$(ZIP)" || { echo "usage: make collect ZIP=download.zip [ASSIGNMENT=name]"; exit 2; }
-	$(GRADE) collect "$(ZIP)" $(ASSIGNMENT)
+	$(GRADE) collect $(if $(ZIP),"$(ZIP)") $(ASSIGNMENT)
 
 # Each submission runs in a bubblewrap sandbox, JOBS at a time (SANDBOX=none: no sandbox).
 autograde: $(VENV)/.installed-course

@@ -66,3 +66,5 @@ c.Exchange.root = os.environ.get(
     "NBGRADER_EXCHANGE", os.path.join(c.CourseDirectory.root, ".exchange")
 )
 os.makedirs(c.Exchange.root, exist_ok=True)
+# nbgrader collect and the formgrader's Collect button collect as `make collect` does.
+c.ExchangeFactory.collect = "autodiff.grading.plugins.KitCollect"

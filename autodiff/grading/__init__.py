@@ -5,6 +5,8 @@ Students never need to read this package. What hidden tests import from it is
 runs on the instructor's side (``python -m autodiff.grading``, behind the Makefile):
 
 * ``collect``: LMS downloads into ``submitted/``, every entry accounted for;
+  ``collect_exchange``: the same from the nbgrader exchange, where ``exchange``
+  publishes assignments and returns feedback (JupyterLab's Assignment List);
 * ``autograde``: stage, run and record a class; ``normalize`` rebuilds a
   submission on the released cells; ``execute`` runs one notebook with its kernel in
   the ``sandbox`` (bubblewrap, limits) and ``monitor`` watching the kernel;

@@ -1,7 +1,7 @@
 """The instructor's commands, behind the Makefile's grading targets.
 
-``python -m autodiff.grading release | collect ZIP | autograde | feedback | grades | restore
-| kit``
+``python -m autodiff.grading release | collect [ZIP] | autograde | feedback | grades
+| restore | kit``
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from pathlib import Path
 
 from .autograde import autograde, submitted_assignments
 from .collect import collect
+from .collect_exchange import collect_exchange
+from .course import assignments
 from .folders import FOLDERS, print_folder_copies, restore_folder
 from .gradebook import restore
 from .kit import build as build_kit
@@ -23,9 +25,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m autodiff.grading", description=__doc__.split("\n\n")[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("release", help="write assignments/ from solutions/")
-    p = commands.add_parser("collect", help="take an LMS zip into submitted/")
-    p.add_argument("zip", type=Path)
+    commands.add_parser("release", help="write assignments/ from solutions/, publish them")
+    p = commands.add_parser(
+        "collect",
+        help="take submissions into submitted/: from an LMS zip, or from the nbgrader exchange",
+        description="collect [ASSIGNMENT]: the latest submissions in the nbgrader exchange "
+        "(every released assignment, or one); collect ZIP [ASSIGNMENT]: an LMS download",
+    )
+    p.add_argument("zip", nargs="?", help="an LMS download (a .zip file); without it: the exchange")
     p.add_argument("assignment", nargs="?")
     p = commands.add_parser("autograde", help="grade submissions (each student apart)")
     p.add_argument("assignment", nargs="?")
@@ -59,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "release":
         release(root)
     elif args.command == "collect":
-        collect(root, args.zip, args.assignment)
+        _collect(root, args.zip, args.assignment)
     elif args.command == "autograde":
         names = [args.assignment] if args.assignment else submitted_assignments(root)
         for name in names:
@@ -108,6 +115,20 @@ def validate(notebook: Path, sandbox: str) -> int:
     for hit in ran.metadata.get("autodiff", {}).get("limits_hit", []):
         print(f"limit hit: {hit}")
     return 1 if failed else 0
+
+
+def _collect(root: Path, source: str | None, assignment: str | None) -> None:
+    """``collect x.zip [a]`` takes a zip; ``collect [a]``, the exchange."""
+    if source is not None and (source.endswith(".zip") or Path(source).is_file()):
+        collect(root, Path(source), assignment)
+    elif assignment is not None or (source is not None and source not in assignments(root)):
+        known = ", ".join(assignments(root))
+        raise SystemExit(
+            f"error: {source} is neither a zip file (ZIP=path/to/download.zip) "
+            f"nor an assignment ({known})"
+        )
+    else:
+        collect_exchange(root, source)
 
 
 def _restore(

@@ -20,11 +20,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePath, PurePosixPath
 
-from .course import GRADING_DIR, assignments, check_assignment, released_notebooks, stamp
+from .course import (
+    GRADING_DIR,
+    assignments,
+    check_assignment,
+    counted,
+    released_notebooks,
+    shown,
+    stamp,
+    usable_id,
+)
 
 _CANVAS = re.compile(r"^(?P<student>[^_]+)_(?:late_)?\d+_\d+_(?P<notebook>.+)\.ipynb$", re.I)
 _MOODLE = re.compile(r"^.+_(?P<student>\d+)_assignsubmission_file_$")
-_STUDENT_ID = re.compile(r"[a-z0-9._@-]+")  # ids are lower-cased first
 
 
 @dataclass
@@ -139,7 +147,7 @@ def _judge(
     if found is None:
         return entry.refuse("cannot tell whose it is")
     entry.student, notebook = found
-    if not _usable_id(entry.student):
+    if not usable_id(entry.student):
         return entry.refuse(
             f"unusable student id: {entry.student!r} is not a safe folder name "
             "(letters, digits and ._-@); rename the file or folder in the zip"
@@ -173,12 +181,6 @@ def _not_a_submission(entry: Entry) -> str | None:
     if path.suffix != ".ipynb":
         return "not a notebook"
     return None
-
-
-def _usable_id(student: str) -> bool:
-    """A safe folder name on any system: ASCII letters, digits and ``._-@``, and not
-    hidden (nor ``..``)."""
-    return bool(_STUDENT_ID.fullmatch(student)) and not student.startswith(".")
 
 
 def _released_name(notebook: str, released: list[str]) -> str | None:
@@ -382,25 +384,15 @@ def _print_summary(root: Path, entries: list[Entry], assignment: str, report: Pa
     students = {entry.student for entry in entries if entry.collected}
     missed = [entry for entry in entries if not entry.collected]
     print(
-        f"collected {assignment}: {_count(len(students), 'student')} in submitted/; "
-        f"{_count(len(missed), 'entry', 'entries')} not collected "
+        f"collected {assignment}: {counted(len(students), 'student')} in submitted/; "
+        f"{counted(len(missed), 'entry', 'entries')} not collected "
         f"(see {report.relative_to(root)})"
     )
     for entry in missed:
-        print(f"  not collected: {_shown(entry.name)} ({entry.reason})")
+        print(f"  not collected: {shown(entry.name)} ({entry.reason})")
     for entry in entries:
         if entry.collected and entry.renamed_from:
             print(f"  {entry.student}: {entry.note}")
-
-
-def _count(n: int, one: str, many: str = "") -> str:
-    return f"{n} {one if n == 1 else many or one + 's'}"
-
-
-def _shown(name: str) -> str:
-    """A name as it can be printed: a name with control characters is quoted, so it
-    cannot move the cursor or recolour the instructor's terminal."""
-    return name if name.isprintable() else repr(name)
 
 
 def _assignment_in_zip(root: Path, zip_path: Path) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 GRADING_DIR = "grading"  # reports, logs and backups (git-ignored)
+_STUDENT_ID = re.compile(r"[a-z0-9._@-]+")  # ids are lower-cased first
 
 
 # --- running nbgrader ---------------------------------------------------------------
@@ -101,3 +103,23 @@ def is_test(cell) -> bool:
     meta = cell.metadata.get("nbgrader", {})
     graded = cell.cell_type == "code" and meta.get("grade", False)
     return bool(graded) and not meta.get("solution", False)
+
+
+# --- what collecting prints ---------------------------------------------------------
+
+
+def usable_id(student: str) -> bool:
+    """A safe folder name on any system: ASCII letters, digits and ``._-@``, and not
+    hidden (nor ``..``)."""
+    return bool(_STUDENT_ID.fullmatch(student)) and not student.startswith(".")
+
+
+def counted(n: int, one: str, many: str = "") -> str:
+    """``1 student``, ``2 students``, ``3 entries`` (with ``many="entries"``)."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def shown(name: str) -> str:
+    """A name as it can be printed: a name with control characters is quoted, so it
+    cannot move the cursor or recolour the instructor's terminal."""
+    return name if name.isprintable() else repr(name)

@@ -1,9 +1,11 @@
 """Release, feedback and grades: the nbgrader steps around autograding.
 
-* ``release`` writes the student versions of ``solutions/`` into ``assignments/``;
+* ``release`` writes the student versions of ``solutions/`` into ``assignments/``
+  and publishes them to the nbgrader exchange (``exchange.py``);
 * ``feedback`` writes HTML from the autograded notebooks, made by the grader
   (``plugins.GraderFeedback``): verdicts, no hidden tests, nothing a kernel printed;
-  the feedback it replaces is kept in ``grading/backups/``;
+  the feedback it replaces is kept in ``grading/backups/``; students who submitted
+  through the exchange fetch theirs from it;
 * ``grades`` exports a CSV and a histogram per assignment.
 
 Collecting is ``collect.py``, autograding ``autograde.py``; the Makefile calls all of
@@ -16,6 +18,7 @@ import csv
 import re
 from pathlib import Path
 
+from . import exchange
 from .course import GRADING_DIR, assignments, nbgrader
 from .folders import keep_copies
 
@@ -23,13 +26,20 @@ from .folders import keep_copies
 
 
 def release(root: Path) -> None:
-    """Write the student version of every assignment into ``assignments/``."""
+    """Write the student version of every assignment into ``assignments/``, and
+    publish it to the exchange, where students fetch it."""
     for assignment in assignments(root):
         log = root / GRADING_DIR / "logs" / f"release-{assignment}.log"
         code, output = nbgrader(root, "generate_assignment", assignment, "--force", log=log)
         if code != 0:
             raise SystemExit(f"error: releasing {assignment} failed; see {log}\n{output[-2000:]}")
         print(f"released {assignment} -> assignments/{assignment}/")
+        exchange.publish(root, assignment)
+    # nbgrader makes missing folders but leaves the modes of existing ones alone
+    exchange.stop_on_problems(root, "the assignments are published, but students cannot use them")
+    note = exchange.unreachable(root)
+    if note:
+        print(note)
 
 
 # --- feedback and grades ------------------------------------------------------------
@@ -57,6 +67,7 @@ def feedback(root: Path, assignment: str | None = None) -> None:
             print(f"no feedback for {', '.join(failed)}: see {log.relative_to(root)}")
         elif code != 0:
             raise SystemExit(f"error: feedback for {name} failed; see {log}\n{output[-2000:]}")
+        exchange.return_feedback(root, name)
 
 
 def grades(root: Path) -> Path:

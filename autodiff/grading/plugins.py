@@ -7,19 +7,24 @@ nbgrader runs these while it grades and makes feedback:
 * ``RestoreCells``: the instructor's cells are put back as released, even when a
   student deleted, emptied or pasted over them;
 * ``GraderFeedback``: feedback without the hidden tests, and without anything a
-  kernel printed: each test shows the grader's verdict.
+  kernel printed: each test shows the grader's verdict;
+* ``KitCollect``: ``nbgrader collect`` and the formgrader's Collect button collect the
+  way ``make collect`` does (``collect_exchange.py``).
 
 ``autodiff/grading/autograde.py`` drives nbgrader with them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import nbformat
+from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from traitlets import Float, Unicode
 
@@ -215,3 +220,29 @@ def _verdict_output(verdict: dict):
     else:
         text = "not graded"
     return nbformat.v4.new_output("stream", name="stdout", text=f"[grader] {text}\n")
+
+
+class KitCollect(ExchangeCollect):
+    """nbgrader's collect (``nbgrader collect``, the formgrader's Collect button) done by
+    ``make collect``'s collection, whose report goes to nbgrader's log: nbgrader's own
+    would copy what a student's link points to, and stop on one badly named entry.
+
+    It always works as ``--update`` does, since what it replaces is kept first;
+    ``--before-duedate`` and ``--student`` are refused: ``make collect`` takes each
+    student's latest submission.
+    """
+
+    def start(self) -> None:
+        from .collect_exchange import collect_exchange
+
+        if self.before_duedate or self.coursedir.student_id not in ("", "*"):
+            self.fail("--before-duedate and --student are not supported: run make collect")
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                collect_exchange(Path(self.coursedir.root), self.coursedir.assignment_id or None)
+        except SystemExit as stop:
+            self.fail(str(stop.code))
+        finally:
+            for line in printed.getvalue().splitlines():
+                self.log.info(line)
