@@ -209,12 +209,15 @@ def answers_for(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return notebook
 
 
-def _wait_for_text(locator, gone: str, seconds: float) -> str:
-    """Wait until ``locator``'s text is no longer ``gone``; returns the new text."""
-    deadline = time.monotonic() + seconds
-    while (text := locator.inner_text().strip()) == gone:
-        assert time.monotonic() < deadline, f"still {gone!r} after {seconds} s"
-        time.sleep(0.5)
+def formgrader_result(formgrader, seconds: float = 600) -> str:
+    """Wait for the Formgrader's answer to a button (a success or an error box), close
+    it, and fail with its text when it is an error."""
+    box = formgrader.locator("#success-modal.in, #error-modal.in")
+    box.wait_for(timeout=seconds * 1000)
+    text, failed = box.inner_text(), formgrader.locator("#error-modal.in").count() > 0
+    box.get_by_role("button", name="OK").click()
+    formgrader.locator(".modal-backdrop").wait_for(state="detached")
+    assert not failed, text
     return text
 
 
@@ -242,12 +245,15 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
             with timer(f"{student}: list and fetch"):
                 assignment_list(page)
                 released = page.locator("#released_assignments_list")
+                fetch = released.locator(".list_item", has_text=ASSIGNMENT).get_by_role(
+                    "button", name="Fetch"
+                )
+                fetch.wait_for(timeout=60_000)
                 for name in sorted(p.name for p in (course / "solutions").iterdir() if p.is_dir()):
                     assert name in released.inner_text(), f"{name} not listed for {student}"
-                released.locator(".list_item", has_text=ASSIGNMENT).get_by_role(
-                    "button", name="Fetch"
-                ).click()
-                page.locator("#fetched_assignments_list").get_by_text(ASSIGNMENT).wait_for()
+                fetch.click()
+                downloaded = page.locator("#fetched_assignments_list .assignment-notebooks-link")
+                downloaded.filter(has_text=ASSIGNMENT).wait_for(timeout=60_000)
             shot(page, f"1-{student}-fetched")
             fetched = homes[student] / kit_name / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
             assert fetched.exists(), f"{student}'s fetch wrote nothing at {fetched}"
@@ -279,7 +285,8 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
                 page.locator("#fetched_assignments_list").get_by_role(
                     "button", name="Submit"
                 ).click()
-                page.locator("#submitted_assignments_list").get_by_text(ASSIGNMENT).wait_for()
+                submitted = page.locator("#submitted_assignments_list .list_item")
+                submitted.filter(has_text=ASSIGNMENT).first.wait_for(timeout=60_000)
             shot(page, f"4-{student}-submitted")
         inbound = sorted(p.name.split("+")[0] for p in (exchange / "autodiff/inbound").iterdir())
         assert inbound == ["alice", "bob"]
@@ -307,7 +314,7 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
             with timer(f"instructor: autograde {student} (Formgrader, sandboxed)"):
                 student_row = table.locator("tr", has_text=student)
                 student_row.locator("td.autograde a").click()
-                _wait_for_text(student_row.locator("td.status"), "needs autograding", 600)
+                formgrader_result(formgrader)
         shot(page, "6-formgrader-autograded")
         for student, points in (("alice", "20"), ("bob", "0")):
             score = table.locator("tr", has_text=student).locator("td.score").inner_text()
@@ -317,11 +324,9 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
             formgrader.locator("a", has_text="Manage Assignments").click()
             row = formgrader.locator("tr", has_text=ASSIGNMENT)
             row.locator("td.generate-feedback a").click()
-            formgrader.locator(".modal-dialog", has_text="Success").wait_for(timeout=300_000)
-            formgrader.locator(".modal-dialog").get_by_role("button", name="Close").click()
+            formgrader_result(formgrader)
             row.locator("td.release-feedback a").click()
-            formgrader.locator(".modal-dialog", has_text="Success").wait_for(timeout=300_000)
-            formgrader.locator(".modal-dialog").get_by_role("button", name="Close").click()
+            formgrader_result(formgrader)
         shot(page, "7-formgrader-feedback-released")
 
         for student, page in pages.items():
@@ -330,9 +335,13 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
                 submitted = page.locator("#submitted_assignments_list")
                 submitted.get_by_role("button", name="Fetch Feedback").click()
                 submitted.get_by_text("view feedback").wait_for(timeout=60_000)
-            submitted.get_by_text("view feedback").click()
-            page.wait_for_timeout(2000)
+            submitted.get_by_text("view feedback").click()  # the file browser goes there
+            page.locator(".jp-DirListing-item", has_text=".html").dblclick()
+            shown = page.frame_locator(".jp-HTMLViewer iframe").locator("body")
+            shown.get_by_text("Score:").first.wait_for(timeout=30_000)
             shot(page, f"8-{student}-feedback")
+            points = "20.0 / 25.0" if student == "alice" else "0.0 / 25.0"
+            assert f"(Score: {points})" in shown.inner_text()
             pages_of_feedback = list(
                 (homes[student] / kit_name / ASSIGNMENT).glob("feedback/*/*.html")
             )
