@@ -15,13 +15,12 @@ Both students are the same OS user here, so each gets a ``CourseDirectory.studen
 from a config folder of their own, as JupyterHub's containers do with JUPYTERHUB_USER.
 """
 
+import contextlib
 import json
 import os
 import re
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from servers import free_port, serving
 from system_parts import require
 
 from autodiff.grading import kit
@@ -39,45 +39,24 @@ ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
 ASSIGNMENT = "a1_numerical_symbolic"
 STUDENTS = ("alice", "bob")
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+# Every folder's .venv is the repository's, installed already: make must not install.
+KEEP_VENV = ("-o", ".venv/.installed-course")
 
 
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class Lab:
-    """A JupyterLab server started by ``make lab`` in ``folder``, stopped by its group."""
+    """A JupyterLab server started by ``make lab`` in ``folder`` (servers.py)."""
 
-    def __init__(self, folder: Path, env: dict[str, str], make_args: tuple[str, ...] = ()):
-        self.port, self.token = _free_port(), secrets.token_hex(16)
+    def __init__(self, folder: Path, env: dict[str, str], stack: contextlib.ExitStack):
+        self.port, self.token = free_port(), secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = folder.parent / f"{folder.name}-lab.log"
         args = f"--no-browser --ip=127.0.0.1 --port={self.port} --ServerApp.token={self.token}"
-        command = ["make", "lab", *make_args, f"LAB_ARGS={args}"]
-        with self.log.open("w") as sink:
-            self.process = subprocess.Popen(
-                command, cwd=folder, env=env, stdout=sink, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-        self._wait_until_up()
-
-    def _wait_until_up(self, seconds: float = 180) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"make lab exited: {self.log.read_text()[-3000:]}")
-            try:
-                self.api("GET", "/api/status")
-                return
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError(f"JupyterLab did not answer in {seconds} s: {self.log}")
+        command = ["make", *KEEP_VENV, "lab", f"LAB_ARGS={args}"]
+        log = folder.parent / f"{folder.name}-lab.log"
+        stack.enter_context(serving(command, folder, env, self.port, log, seconds=180))
 
     def api(self, method: str, path: str, body: dict | None = None) -> dict:
         data = None if body is None else json.dumps(body).encode()
@@ -94,16 +73,6 @@ class Lab:
         page.wait_for_selector("#jp-main-dock-panel", timeout=60_000)
         page.on("dialog", lambda dialog: dialog.accept())  # the Formgrader's confirms
         return page
-
-    def stop(self) -> None:
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        except ProcessLookupError:
-            pass
 
 
 class Timer:
@@ -152,13 +121,10 @@ def week(tmp_path_factory, browser):
     """The course, the exchange, two students with kits: folders and environments."""
     tmp = tmp_path_factory.mktemp("week")
     base = {key: value for key, value in os.environ.items() if not key.startswith("JUPYTER")}
-    # The course extra's stamp, newer than every pyproject.toml below, so that make in
-    # the copies uses the repository's venv as it is and never installs into it.
-    run(["make", ".venv/.installed-course"], ROOT, base)
     course = tmp / "course"
     course.mkdir()
     for name in ("Makefile", "nbgrader_config.py", "pyproject.toml"):
-        shutil.copy2(ROOT / name, course / name)  # copy2: the venv's stamp stays newer
+        shutil.copy(ROOT / name, course / name)
     for name in ("solutions", "assignments"):
         shutil.copytree(ROOT / name, course / name)
     (course / ".venv").symlink_to(ROOT / ".venv")
@@ -169,6 +135,7 @@ def week(tmp_path_factory, browser):
     for student in STUDENTS:
         homes[student] = tmp / student
         shutil.copytree(built, homes[student] / built.name)
+        (homes[student] / built.name / ".venv").symlink_to(ROOT / ".venv")
         config = homes[student] / ".student-id"
         config.mkdir()
         (config / "nbgrader_config.py").write_text(
@@ -183,14 +150,11 @@ def week(tmp_path_factory, browser):
     return course, exchange, homes, envs, built.name
 
 
-def student_lab(week, student: str) -> Lab:
-    """The student's kit opened with ``make lab``; its venv is the repository's, already
-    installed (the kit's own first ``make lab`` installs one: timed in the issue note)."""
+def student_lab(week, student: str, stack) -> Lab:
+    """The student's kit opened with ``make lab``; its venv is the repository's (the
+    kit's own first ``make lab`` installs one: timed in the issue note)."""
     _, _, homes, envs, kit_name = week
-    folder = homes[student] / kit_name
-    stamp = (ROOT / ".venv" / ".installed-course").stat().st_mtime
-    os.utime(folder / "pyproject.toml", (stamp - 60, stamp - 60))  # make keeps the venv
-    return Lab(folder, envs[student], make_args=(f"VENV={ROOT / '.venv'}",))
+    return Lab(homes[student] / kit_name, envs[student], stack)
 
 
 def answers_for(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -231,15 +195,16 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
     course, exchange, homes, envs, kit_name = week
     timer = Timer()
     labs: list[Lab] = []
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(_save_timings, timer)  # also when a step fails
         with timer("release (make release)"):
-            run(["make", "release"], course, envs["instructor"])
+            run(["make", *KEEP_VENV, "release"], course, envs["instructor"])
         assert (exchange / "autodiff" / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").exists()
 
         pages = {}
         for student in STUDENTS:
             with timer(f"{student}: open the kit in JupyterLab"):
-                lab = student_lab(week, student)
+                lab = student_lab(week, student, stack)
                 labs.append(lab)
                 pages[student] = page = lab.open(browser)
             with timer(f"{student}: list and fetch"):
@@ -292,13 +257,13 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
         assert inbound == ["alice", "bob"]
 
         with timer("collect (make collect)"):
-            report = run(["make", "collect"], course, envs["instructor"])
+            report = run(["make", *KEEP_VENV, "collect"], course, envs["instructor"])
         for student in STUDENTS:
             assert (course / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").exists()
             assert student in report
 
         with timer("instructor: open JupyterLab and the Formgrader"):
-            lab = Lab(course, envs["instructor"])
+            lab = Lab(course, envs["instructor"], stack)
             labs.append(lab)
             page = lab.open(browser)
             page.get_by_role("menuitem", name="Nbgrader").click()
@@ -351,8 +316,8 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
             assert score, f"no score in {student}'s feedback"
             assert score.groups() == (("20.0", "25.0") if student == "alice" else ("0.0", "25.0"))
             assert "HIDDEN TESTS" not in html
-    finally:
-        for lab in labs:
-            lab.stop()
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        (ARTIFACTS / "timings.json").write_text(json.dumps(timer.steps, indent=2))
+
+
+def _save_timings(timer: Timer) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "timings.json").write_text(json.dumps(timer.steps, indent=2))

@@ -23,18 +23,16 @@ import csv
 import json
 import os
 import shutil
-import signal
-import socket
 import stat
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 import pytest
+from servers import free_port, serving
 
 from autodiff.grading import sandbox as sandboxing
 
@@ -486,12 +484,6 @@ def test_an_exchange_where_nothing_was_released(trouble, tmp_path):
 TOKEN = "exchange-test-token"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def call(port: int, path: str, body: dict | None = None):
     """GET (or POST ``body`` as JSON) on the student's server; the decoded answer."""
     data = json.dumps(body).encode() if body is not None else None
@@ -513,36 +505,8 @@ def student_server(run, tmp_path):
     command = [sys.executable, "-m", "jupyter", "server", "--no-browser", "--ip=127.0.0.1"]
     command += [f"--port={port}", f"--ServerApp.token={TOKEN}"]
     command += ["--allow-root"] if os.getuid() == 0 else []
-    log = tmp_path / "server.log"
-    with log.open("w") as sink:
-        server = subprocess.Popen(
-            command,
-            cwd=carol.work,
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                call(port, "/api/status")
-                break
-            except OSError:
-                assert server.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < deadline, (
-                    "no answer in 120 s:\n" + log.read_text()[-3000:]
-                )
-                time.sleep(0.5)
+    with serving(command, carol.work, env, port, tmp_path / "server.log"):
         yield port, carol
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
 
 
 def test_the_assignment_list_lists_fetches_and_submits(student_server, run):

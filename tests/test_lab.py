@@ -3,24 +3,15 @@ answering on the first open of a fresh course, with a complete gradebook."""
 
 import json
 import os
-import signal
-import socket
 import sqlite3
-import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from servers import free_port, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "test-token-for-the-lab"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def get(port: int, path: str) -> tuple[int, bytes]:
@@ -42,37 +33,9 @@ def lab(tmp_path):
     env = dict(os.environ, NBGRADER_DB_URL=f"sqlite:///{tmp_path / 'gradebook.db'}")
     env["JUPYTER_RUNTIME_DIR"] = str(tmp_path / "runtime")
     args = f"--no-browser --ip=127.0.0.1 --port={port} --ServerApp.token={TOKEN}"
-    with (tmp_path / "lab.log").open("w") as log:
-        server = subprocess.Popen(
-            ["make", "lab", f"LAB_ARGS={args}"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if get(port, "/api/status")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp_path / "lab.log").read_text()[-3000:]
-            time.sleep(0.5)
-        else:
-            pytest.fail(
-                "JupyterLab did not answer in 120 s:\n" + (tmp_path / "lab.log").read_text()
-            )
+    command = ["make", "lab", f"LAB_ARGS={args}"]
+    with serving(command, ROOT, env, port, tmp_path / "lab.log"):
         yield port, tmp_path
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
 
 
 def test_formgrader_answers_on_the_first_open(lab):

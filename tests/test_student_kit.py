@@ -6,11 +6,8 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 import zipfile
@@ -18,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from servers import free_port, serving
 
 from autodiff.grading import kit as student_kit
 from autodiff.grading.course import assignments
@@ -308,12 +306,6 @@ def test_kit_nbgrader_config_names_the_course_and_the_exchange(kit, tmp_path):
 TOKEN = "test-token-for-the-student-kit"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def call(port: int, path: str, form: dict | None = None) -> tuple[int, str]:
     """GET, or POST ``form``, to the lab server; (status, body)."""
     data = urllib.parse.urlencode(form).encode() if form is not None else None
@@ -341,37 +333,9 @@ def kit_lab(kit, tmp_path):
     env.update(JUPYTER_RUNTIME_DIR=str(tmp_path / "run"), JUPYTER_DATA_DIR=str(tmp_path / "data"))
     port = free_port()
     args = f"--no-browser --ip=127.0.0.1 --port={port} --ServerApp.token={TOKEN}"
-    log = tmp_path / "lab.log"
-    with log.open("w") as sink:
-        server = subprocess.Popen(
-            ["make", "-o", ".venv/.installed-course", "lab", f"LAB_ARGS={args}"],
-            cwd=folder,
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while call_or_none(port, "/api/status") != 200:
-            assert server.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no answer in 120 s:\n" + log.read_text()
-            time.sleep(0.5)
+    command = ["make", "-o", ".venv/.installed-course", "lab", f"LAB_ARGS={args}"]
+    with serving(command, folder, env, port, tmp_path / "lab.log"):
         yield port, folder, exchange
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-
-
-def call_or_none(port: int, path: str) -> int | None:
-    try:
-        return call(port, path)[0]
-    except OSError:
-        return None
 
 
 def test_kit_lab_has_no_instructor_parts(kit_lab):
