@@ -11,7 +11,6 @@ reaches the disk outside the course, and nothing is filed under a name nobody ch
 
 from __future__ import annotations
 
-import csv
 import re
 import shutil
 import stat
@@ -29,6 +28,7 @@ from .course import (
     shown,
     stamp,
     usable_id,
+    write_collect_report,
 )
 
 _CANVAS = re.compile(r"^(?P<student>[^_]+)_(?:late_)?\d+_\d+_(?P<notebook>.+)\.ipynb$", re.I)
@@ -111,7 +111,8 @@ def collect(root: Path, zip_path: Path, assignment: str | None = None) -> Path:
     set_aside = _set_aside(root, entries, assignment, run)
     backup = _file_submissions(root, entries, assignment, run)
     _archive(root, zip_path, assignment, run)
-    report = _write_report(root, entries, assignment, run)
+    rows = [(e.name, e.status, e.student, e.note) for e in entries]
+    report = write_collect_report(root, assignment, run, rows)
     _print_summary(root, entries, assignment, report)
     if set_aside is not None:
         print(f"entries not collected are kept in {set_aside.relative_to(root)}/")
@@ -367,17 +368,6 @@ def _archive(root: Path, zip_path: Path, assignment: str, run: str) -> None:
             old.rename(archive.parent / f"{old.name}.{run}")
     if not (archive / zip_path.name).exists():
         shutil.copy2(zip_path, archive / zip_path.name)
-
-
-def _write_report(root: Path, entries: list[Entry], assignment: str, run: str) -> Path:
-    report = root / GRADING_DIR / f"collect-{assignment}-{run}.csv"
-    report.parent.mkdir(parents=True, exist_ok=True)
-    with report.open("w", newline="") as out:
-        writer = csv.writer(out)
-        writer.writerow(["entry", "status", "student", "reason"])
-        for entry in entries:
-            writer.writerow([entry.name, entry.status, entry.student, entry.note])
-    return report
 
 
 def _print_summary(root: Path, entries: list[Entry], assignment: str, report: Path) -> None:

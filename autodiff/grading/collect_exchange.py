@@ -22,7 +22,6 @@ the same way (the latest submission per student) but cannot give these guarantee
 
 from __future__ import annotations
 
-import csv
 import fnmatch
 import os
 import re
@@ -32,7 +31,15 @@ from datetime import datetime
 from pathlib import Path
 
 from . import exchange
-from .course import GRADING_DIR, counted, database_url, open_gradebook, shown, stamp, usable_id
+from .course import (
+    counted,
+    database_url,
+    open_gradebook,
+    shown,
+    stamp,
+    usable_id,
+    write_collect_report,
+)
 from .folders import keep_copies
 
 # nbgrader submit names: <student>+<assignment>+<time>[+<random>]; neither part has a +.
@@ -93,7 +100,8 @@ def collect_exchange(root: Path, assignment: str | None = None) -> list[Path]:
     for name in [assignment] if assignment else published:
         mine = [entry for entry in entries if entry.assignment == name]
         _take(root, name, _latest([entry for entry in mine if not entry.reason]), run)
-        reports.append(_write_report(root, name, mine, run))
+        rows = [(e.path.name, e.status, e.student, e.reason) for e in mine]
+        reports.append(write_collect_report(root, name, run, rows))
         _print_summary(root, name, mine, reports[-1])
     _print_unpublished([entry for entry in entries if entry.assignment not in published], inbound)
     return reports
@@ -283,17 +291,6 @@ def _join(*parts: str) -> str:
 
 
 # --- reporting ----------------------------------------------------------------------
-
-
-def _write_report(root: Path, assignment: str, entries: list[Submission], run: str) -> Path:
-    report = root / GRADING_DIR / f"collect-{assignment}-{run}.csv"
-    report.parent.mkdir(parents=True, exist_ok=True)
-    with report.open("w", newline="") as out:
-        writer = csv.writer(out)
-        writer.writerow(["entry", "status", "student", "reason"])
-        for entry in entries:
-            writer.writerow([entry.path.name, entry.status, entry.student, entry.reason])
-    return report
 
 
 def _print_summary(root: Path, assignment: str, entries: list[Submission], report: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import signal
@@ -123,3 +124,15 @@ def shown(name: str) -> str:
     """A name as it can be printed: a name with control characters is quoted, so it
     cannot move the cursor or recolour the instructor's terminal."""
     return name if name.isprintable() else repr(name)
+
+
+def write_collect_report(root: Path, assignment: str, run: str, rows: list[tuple]) -> Path:
+    """``grading/collect-<assignment>-<run>.csv``: one row (entry, status, student,
+    reason) per thing a collection looked at, collected or not."""
+    report = root / GRADING_DIR / f"collect-{assignment}-{run}.csv"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    with report.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["entry", "status", "student", "reason"])
+        writer.writerows(rows)
+    return report
