@@ -12,7 +12,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 	2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: lab test bench bench-gpu lint format clean release collect autograde autograde-container validate feedback grades restore student-kit
+.PHONY: hub lab test bench bench-gpu lint format clean release collect autograde autograde-container validate feedback grades restore student-kit
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: the kit needs Python 3.11 or newer on PATH" \
@@ -90,6 +90,41 @@ restore: $(VENV)/.installed-course
 # released assignments, the package; no solutions, no hidden tests, no instructor tools.
 student-kit: $(VENV)/.installed-course
 	$(GRADE) kit
+
+# --- a JupyterHub for the class on this machine (README.md, "Running a course") ---
+# As root: every student's server runs as a system account of its own. HUB_STATE (hub/)
+# holds the hub's database and secrets, the proxy, the students' environment, their
+# homes and the exchange. ROSTER=file of student ids, INSTRUCTORS=a,b and TAS=c name
+# the course team; PORT=8000.
+HUB_STATE ?= $(CURDIR)/hub
+ROSTER ?= $(HUB_STATE)/roster.txt
+STUDENT_VENV := $(HUB_STATE)/venv
+
+$(HUB_STATE)/proxy/node_modules/.bin/configurable-http-proxy:
+	@command -v npm >/dev/null 2>&1 || { echo "error: make hub needs npm (Node.js) for" \
+		"JupyterHub's proxy: sudo apt install nodejs npm"; exit 2; }
+	npm install --silent --no-audit --no-fund --prefix "$(HUB_STATE)/proxy" configurable-http-proxy@5
+
+# The students' environment: the kit (no instructor tooling) and jupyterhub-singleuser.
+$(STUDENT_VENV)/.installed: dist/autodiff-student-kit/pyproject.toml pyproject.toml | $(BIN)/python
+	$(PYTHON) -m venv "$(STUDENT_VENV)"
+	"$(STUDENT_VENV)/bin/python" -m pip install --quiet --disable-pip-version-check \
+		"./dist/autodiff-student-kit[course]" "jupyterhub>=5.2"
+	@touch $@
+
+dist/autodiff-student-kit/pyproject.toml: $(VENV)/.installed-course
+	$(GRADE) kit
+
+hub: $(VENV)/.installed-hub $(HUB_STATE)/proxy/node_modules/.bin/configurable-http-proxy \
+		$(STUDENT_VENV)/.installed
+	@test "$$(id -u)" = 0 || { echo "error: make hub runs as root: each student's server" \
+		"runs as a system account of its own (sudo make hub)"; exit 2; }
+	@test -f "$(ROSTER)" || { echo "error: no roster at $(ROSTER): one student id a line" \
+		"(ROSTER=path/to/ids.txt)"; exit 2; }
+	cd "$(HUB_STATE)" && HUB_STATE="$(HUB_STATE)" HUB_ROSTER="$(abspath $(ROSTER))" \
+		HUB_INSTRUCTORS="$(INSTRUCTORS)" HUB_TAS="$(TAS)" HUB_PORT="$(or $(PORT),8000)" \
+		PATH="$(CURDIR)/$(BIN):$$PATH" \
+		"$(CURDIR)/$(BIN)/jupyterhub" -f "$(CURDIR)/deploy/hub/jupyterhub_config.py"
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_engine.py

@@ -60,10 +60,15 @@ c.GenerateFeedback.preprocessors = [
 ]
 
 # The lab's assignment list reads an exchange folder; nbgrader's default
-# (/srv/nbgrader/exchange) needs root, so the course keeps its own (git-ignored).
-# On a JupyterHub, point it at a shared folder instead: NBGRADER_EXCHANGE=/srv/...
+# (/srv/nbgrader/exchange) needs root, so the course keeps its own (git-ignored):
+# the hub's (hub/exchange) once `make hub` has made one, else .exchange. Elsewhere
+# (a shared server, another hub): NBGRADER_EXCHANGE=/srv/...
+_hub_exchange = os.path.join(c.CourseDirectory.root, "hub", "exchange")
 c.Exchange.root = os.environ.get(
-    "NBGRADER_EXCHANGE", os.path.join(c.CourseDirectory.root, ".exchange")
+    "NBGRADER_EXCHANGE",
+    _hub_exchange
+    if os.path.isdir(_hub_exchange)
+    else os.path.join(c.CourseDirectory.root, ".exchange"),
 )
 os.makedirs(c.Exchange.root, exist_ok=True)
 # nbgrader collect and the formgrader's Collect button collect as `make collect` does.

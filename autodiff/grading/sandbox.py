@@ -105,14 +105,14 @@ class Sandbox:
 
     kind: str
     limits: Limits = field(default_factory=Limits)
-    groups: list[_Cgroup] = field(default_factory=list)  # made by this grader process
+    groups: list[Cgroup] = field(default_factory=list)  # made by this grader process
 
     def wrap(
         self, command: list[str], work: Path, runtime: Path
     ) -> tuple[list[str], Callable[[], None]]:
         if self.kind == "none":
             return command, _no_limits
-        group = _Cgroup.make(self.limits)
+        group = Cgroup.make(self.limits)
         if group is not None:
             self.groups.append(group)
         command = _inside(command, self.limits)
@@ -132,7 +132,7 @@ class Sandbox:
                 "NO SANDBOX: student code runs as you, with your files, the gradebook "
                 "and the solutions within reach (--sandbox none)"
             )
-        groups = "with cgroup limits" if _Cgroup.available() else "with rlimits"
+        groups = "with cgroup limits" if Cgroup.available() else "with rlimits"
         return f"bubblewrap sandbox {groups}: {self.limits.describe()}"
 
 
@@ -257,7 +257,7 @@ def _no_limits() -> None:
     pass
 
 
-def _limiter(limits: Limits, group: _Cgroup | None) -> Callable[[], None]:
+def _limiter(limits: Limits, group: Cgroup | None) -> Callable[[], None]:
     """The function Popen runs in the child before bwrap starts: limits, then cgroup."""
 
     def apply() -> None:
@@ -274,7 +274,7 @@ def _limiter(limits: Limits, group: _Cgroup | None) -> Callable[[], None]:
     return apply
 
 
-class _Cgroup:
+class Cgroup:
     """A cgroup per sandbox, where one can be made (root, cgroup v1 or v2): it caps
     the processes and the memory of the whole sandbox, not of each process."""
 
@@ -296,19 +296,21 @@ class _Cgroup:
         return bases if all(os.access(base, os.W_OK) for base in bases) else []
 
     @classmethod
-    def make(cls, limits: Limits) -> _Cgroup | None:
+    def make(cls, limits: Limits, name: str = "") -> Cgroup | None:
+        """A new cgroup with ``limits`` (a fresh one named ``name``, if given), or None
+        where none can be made."""
         if not cls.available():
             return None
-        name = f"autodiff-grading-{uuid.uuid4().hex[:12]}"
+        name = name or f"autodiff-grading-{uuid.uuid4().hex[:12]}"
         folders = []
         try:
             for base in cls._bases():
                 folder = base / name
-                folder.mkdir()
+                folder.mkdir(exist_ok=True)
                 folders.append(folder)
                 cls._write_limits(folder, limits)
         except OSError:
-            _Cgroup(folders).remove()
+            Cgroup(folders).remove()
             return None
         return cls(folders)
 
@@ -339,6 +341,6 @@ class _Cgroup:
 def remove_stale_cgroups() -> None:
     """Remove the empty cgroups that graders killed on the way left behind. Called by
     autograde under its run lock, before any sandbox of the run starts."""
-    if _Cgroup.available():
-        stale = [folder for base in _Cgroup._bases() for folder in base.glob("autodiff-grading-*")]
-        _Cgroup(stale).remove()  # a cgroup still in use is not empty: rmdir refuses it
+    if Cgroup.available():
+        stale = [folder for base in Cgroup._bases() for folder in base.glob("autodiff-grading-*")]
+        Cgroup(stale).remove()  # a cgroup still in use is not empty: rmdir refuses it

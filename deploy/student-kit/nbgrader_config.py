@@ -12,3 +12,7 @@ c = get_config()  # noqa: F821  (nbgrader provides get_config)
 
 c.CourseDirectory.course_id = "autodiff"
 c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE", "/srv/nbgrader/exchange")
+# On a JupyterHub your server runs as a system account (jupyter-<you>, or jovyan in a
+# container); your id in the course is your hub name.
+if "JUPYTERHUB_USER" in os.environ:
+    c.CourseDirectory.student_id = os.environ["JUPYTERHUB_USER"]
