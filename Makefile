@@ -105,9 +105,17 @@ $(HUB_STATE)/proxy/node_modules/.bin/configurable-http-proxy:
 		"JupyterHub's proxy: sudo apt install nodejs npm"; exit 2; }
 	npm install --silent --no-audit --no-fund --prefix "$(HUB_STATE)/proxy" configurable-http-proxy@5
 
-# The students' environment: the kit (no instructor tooling) and jupyterhub-singleuser.
-$(STUDENT_VENV)/.installed: dist/autodiff-student-kit/pyproject.toml pyproject.toml | $(BIN)/python
-	$(PYTHON) -m venv "$(STUDENT_VENV)"
+# The students' environment: the kit (no instructor tooling) and jupyterhub-singleuser,
+# on a Python every account can run (not one in root's home, as pyenv puts it).
+HUB_PYTHON ?= $(shell for p in /usr/local/bin/python3 /usr/bin/python3 /usr/bin/python3.13 \
+	/usr/bin/python3.12 /usr/bin/python3.11; do test -x $$p && runuser -u nobody -- $$p -c \
+	'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
+
+$(STUDENT_VENV)/.installed: dist/autodiff-student-kit/pyproject.toml pyproject.toml
+	@test -n "$(HUB_PYTHON)" || { echo "error: make hub needs a Python >= 3.11 with venv" \
+		"that every account can run (Debian: sudo apt install python3 python3-venv)," \
+		"or HUB_PYTHON=/path/to/python3"; exit 2; }
+	$(HUB_PYTHON) -m venv "$(STUDENT_VENV)"
 	"$(STUDENT_VENV)/bin/python" -m pip install --quiet --disable-pip-version-check \
 		"./dist/autodiff-student-kit[course]" "jupyterhub>=5.2"
 	@touch $@

@@ -22,10 +22,19 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serving(
-    command: list[str], cwd: Path, env: dict[str, str], port: int, log: Path, seconds=120
+    command: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    port: int,
+    log: Path,
+    seconds: float = 120,
+    path: str = "/api/status",
+    success_only: bool = False,
 ) -> Iterator[subprocess.Popen]:
-    """Run ``command`` until the server on ``port`` answers HTTP; stop it afterwards.
-    Fails with the end of ``log`` when the server exits or does not answer in time."""
+    """Run ``command`` until the server on ``port`` answers ``path`` (any answer but a
+    server error: 403 without a token is up; with ``success_only``, a 2xx); stop it
+    afterwards. Fails with the end of ``log`` when the server exits or does not answer
+    in time."""
     with log.open("w") as sink:
         server = subprocess.Popen(
             command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
@@ -33,7 +42,7 @@ def serving(
         )  # fmt: skip
     try:
         deadline = time.monotonic() + seconds
-        while not _answers(port):
+        while not _answers(port, path, success_only):
             assert server.poll() is None, f"the server exited:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"no answer in {seconds} s:\n{log.read_text()}"
             time.sleep(0.5)
@@ -42,12 +51,12 @@ def serving(
         _stop(server)
 
 
-def _answers(port: int) -> bool:
+def _answers(port: int, path: str, success_only: bool) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=5):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5):
             return True
-    except urllib.error.HTTPError:  # 403 without a token: it is up
-        return True
+    except urllib.error.HTTPError as error:  # 403 without a token: it is up
+        return error.code < 500 and not success_only
     except OSError:
         return False
 

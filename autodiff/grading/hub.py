@@ -41,9 +41,7 @@ def roster(path: Path) -> set[str]:
 class CourseSpawner(LocalProcessSpawner):
     """A student's server: own account, own home with the kit, capped memory."""
 
-    account_prefix = Unicode("jupyter-", help="system account = prefix + hub name").tag(
-        config=True
-    )
+    account_prefix = Unicode("jupyter-", help="system account = prefix + hub name").tag(config=True)
     homes = Unicode(help="the folder holding every student's home").tag(config=True)
     kit = Unicode(help="the student kit folder copied into a new home").tag(config=True)
     processes = Integer(256, help="processes a student's server may run").tag(config=True)
@@ -88,7 +86,10 @@ class CourseSpawner(LocalProcessSpawner):
 
     def _make_account(self) -> Path:
         """The student's account and home (0700, theirs), with the kit the first time."""
-        home = Path(self.homes) / self.user.name
+        homes = Path(self.homes)
+        homes.mkdir(parents=True, exist_ok=True)
+        homes.chmod(0o711)  # each student passes through to their own, lists none
+        home = homes / self.user.name
         try:
             pwd.getpwnam(self.account)
         except KeyError:

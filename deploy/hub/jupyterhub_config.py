@@ -9,6 +9,7 @@ the environment, which the Makefile passes on:
     HUB_IP, HUB_PORT where the hub listens (default 127.0.0.1:8000; 0.0.0.0 behind TLS)
     HUB_STATE        the hub's own folder (default hub/ in the course, git-ignored)
     HUB_MEM_LIMIT    memory of each student's server (default 2G)
+    HUB_ACCOUNT_PREFIX  system accounts are this + the hub name (default jupyter-)
 
 Secrets (the cookie secret, the proxy's token) are made at the first start in the state
 folder, readable by root only, and never committed. Run it as root: each student's
@@ -21,6 +22,8 @@ from pathlib import Path
 
 c = get_config()  # noqa: F821  (JupyterHub provides get_config)
 
+# What the hub writes (its database, the passwords, the secrets) is for root alone.
+os.umask(0o077)
 COURSE = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("HUB_STATE", COURSE / "hub"))
 STATE.mkdir(parents=True, exist_ok=True)
@@ -59,7 +62,9 @@ c.JupyterHub.cleanup_servers = False
 # password is kept hashed in <state>/passwords.dbm). Instructors and TAs log in the same way.
 instructors = {n for n in os.environ.get("HUB_INSTRUCTORS", "").split(",") if n}
 tas = {n for n in os.environ.get("HUB_TAS", "").split(",") if n}
-students = roster(Path(os.environ.get("HUB_ROSTER", STATE / "roster.txt")))
+ROSTER = Path(os.environ.get("HUB_ROSTER", STATE / "roster.txt"))
+students = roster(ROSTER)
+ROSTER.chmod(ROSTER.stat().st_mode & ~0o077)  # the class list is the instructor's
 c.JupyterHub.authenticator_class = "firstuseauthenticator.FirstUseAuthenticator"
 c.FirstUseAuthenticator.create_users = False  # only the roster, instructors and TAs
 c.FirstUseAuthenticator.dbm_path = str(STATE / "passwords.dbm")
@@ -70,6 +75,7 @@ c.Authenticator.admin_users = instructors
 # --- each student's server ------------------------------------------------------------
 c.JupyterHub.spawner_class = "autodiff.grading.hub.CourseSpawner"
 c.CourseSpawner.homes = str(STATE / "home")
+c.CourseSpawner.account_prefix = os.environ.get("HUB_ACCOUNT_PREFIX", "jupyter-")
 c.CourseSpawner.kit = str(COURSE / "dist" / "autodiff-student-kit")  # make student-kit
 c.Spawner.cmd = [str(STATE / "venv/bin/jupyterhub-singleuser")]  # the students' venv
 c.Spawner.default_url = "/lab"
@@ -92,7 +98,7 @@ c.JupyterHub.services = [
         "url": f"http://127.0.0.1:{FORMGRADER_PORT}",
         "command": [
             sys.executable, "-m", "jupyterhub.singleuser", "--allow-root",
-            f"--port={FORMGRADER_PORT}", "--ServerApp.ip=127.0.0.1", "--SingleUserNotebookApp.default_url=/lab",
+            f"--port={FORMGRADER_PORT}", "--ServerApp.ip=127.0.0.1",
         ],
         "cwd": str(COURSE),
         "environment": {
