@@ -3,7 +3,8 @@
 #   make bench  run the speed comparisons             make lint   ruff + mypy
 # Grading (README.md, "Grading"): make release (also to the nbgrader exchange), collect
 #   (the exchange, or ZIP=... an LMS download), autograde, feedback, grades, restore
-#   (copies of the gradebook and of folders); make student-kit: what students get
+#   (copies of the gradebook and of folders); make student-kit: what students get;
+#   make hub: a JupyterHub for the class on this machine (as root)
 
 VENV := .venv
 BIN := $(VENV)/bin
