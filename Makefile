@@ -119,6 +119,7 @@ $(STUDENT_VENV)/.installed: dist/autodiff-student-kit/pyproject.toml pyproject.t
 	$(HUB_PYTHON) -m venv "$(STUDENT_VENV)"
 	"$(STUDENT_VENV)/bin/python" -m pip install --quiet --disable-pip-version-check \
 		"./dist/autodiff-student-kit[course]" "jupyterhub>=5.2"
+	rm -rf dist/autodiff-student-kit/build dist/autodiff-student-kit/*.egg-info  # pip's, not the kit's
 	@touch $@
 
 dist/autodiff-student-kit/pyproject.toml: $(VENV)/.installed-course

@@ -8,6 +8,7 @@ running as their own account, and reach neither the Formgrader nor the course's
 files; the instructor reaches the Formgrader.
 """
 
+import contextlib
 import os
 import pwd
 import secrets
@@ -20,6 +21,8 @@ from pathlib import Path
 import pytest
 from servers import free_port, serving
 from system_parts import require
+
+from autodiff.grading.sandbox import Cgroup
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts" / "hub"
@@ -39,32 +42,52 @@ def _problem() -> str | None:
     return None
 
 
+class Hub:
+    """``make hub`` in a copy of the course, started and stopped as a test needs."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.course = tmp, tmp / "course"
+        self.course.mkdir()
+        for name in COPIED:
+            shutil.copy(ROOT / name, self.course / name)
+        for name in FOLDERS:
+            ignore = shutil.ignore_patterns("__pycache__")
+            shutil.copytree(ROOT / name, self.course / name, ignore=ignore)
+        (self.course / ".venv").symlink_to(ROOT / ".venv")
+        (self.course / "hub").mkdir()
+        (self.course / "hub" / "roster.txt").write_text("alice\nbob  # a comment\n\ncarol\n")
+        self.prefix = f"adt{secrets.token_hex(3)}-"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.stack = contextlib.ExitStack()
+
+    def start(self) -> None:
+        env = dict(os.environ, HUB_ACCOUNT_PREFIX=self.prefix, HUB_MEM_LIMIT="1G")
+        env.pop("NBGRADER_EXCHANGE", None)
+        command = ["make", *KEEP_VENV, "hub", "INSTRUCTORS=prof", f"PORT={self.port}"]
+        log = self.tmp / "hub.log"
+        # the proxy answers first (404 for every path), then the hub's /hub/api
+        self.stack.enter_context(
+            serving(command, self.course, env, self.port, log, 600, "/hub/api", True)
+        )
+
+    def stop(self) -> None:
+        self.stack.close()
+
+
 @pytest.fixture(scope="module")
 def hub():
     require(_problem(), "run as root with: apt install nodejs npm passwd")
     # Not under pytest's folder (0700, root's): students' accounts must pass through.
     tmp = Path(tempfile.mkdtemp(prefix="autodiff-hub-"))
     tmp.chmod(0o711)
-    course = tmp / "course"
-    course.mkdir()
-    for name in COPIED:
-        shutil.copy(ROOT / name, course / name)
-    for name in FOLDERS:
-        shutil.copytree(ROOT / name, course / name, ignore=shutil.ignore_patterns("__pycache__"))
-    (course / ".venv").symlink_to(ROOT / ".venv")
-    (course / "hub").mkdir()
-    (course / "hub" / "roster.txt").write_text("alice\nbob  # a comment\n\ncarol\n")
-    prefix = f"adt{secrets.token_hex(3)}-"
-    port = free_port()
-    env = dict(os.environ, HUB_ACCOUNT_PREFIX=prefix, HUB_MEM_LIMIT="1G")
-    env.pop("NBGRADER_EXCHANGE", None)
-    command = ["make", *KEEP_VENV, "hub", "INSTRUCTORS=prof", f"PORT={port}"]
+    course_hub = Hub(tmp)
     try:
-        # the proxy answers first (404 for every path), then the hub's /hub/api
-        with serving(command, course, env, port, tmp / "hub.log", 600, "/hub/api", True):
-            yield course, f"http://127.0.0.1:{port}", prefix
+        course_hub.start()
+        yield course_hub
     finally:
-        remove_accounts(prefix)
+        course_hub.stop()
+        remove_accounts(course_hub.prefix)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -116,7 +139,7 @@ def as_account(account: str, *command: str) -> subprocess.CompletedProcess:
 
 
 def test_a_student_gets_a_server_of_their_own(hub, browser):
-    course, url, prefix = hub
+    course, url, prefix = hub.course, hub.url, hub.prefix
     page = log_in(browser, url, "alice", "alice-first-password")
     page.wait_for_url("**/user/alice/lab**", timeout=180_000)
     page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
@@ -137,7 +160,7 @@ def test_a_student_gets_a_server_of_their_own(hub, browser):
 
 
 def test_a_wrong_password_is_refused(hub, browser):
-    _, url, _ = hub
+    url = hub.url
     log_in(browser, url, "bob", "bob-first-password").context.close()  # sets it
     page = log_in(browser, url, "bob", "not-bobs-password")
     assert "/hub/login" in page.url
@@ -149,7 +172,7 @@ def test_a_wrong_password_is_refused(hub, browser):
 
 
 def test_students_reach_no_course_files_and_no_other_home(hub, browser):
-    course, url, prefix = hub
+    course, url, prefix = hub.course, hub.url, hub.prefix
     log_in(browser, url, "carol", "carol-first-password").context.close()
     alice = prefix + "alice"
     for secret in (
@@ -166,7 +189,7 @@ def test_students_reach_no_course_files_and_no_other_home(hub, browser):
 
 
 def test_the_formgrader_is_the_course_teams(hub, browser):
-    _, url, _ = hub
+    url = hub.url
     page = log_in(browser, url, "alice", "alice-first-password")
     answer = page.goto(f"{url}/services/formgrader/formgrader")
     assert answer.status == 403 or "403" in page.content()
@@ -177,3 +200,64 @@ def test_the_formgrader_is_the_course_teams(hub, browser):
     page.get_by_text("a1_numerical_symbolic").first.wait_for(timeout=60_000)  # the gradebook's
     shot(page, "prof-formgrader")
     page.context.close()
+
+
+def test_a_server_over_its_memory_limit_is_stopped_alone(hub, browser):
+    """bob's notebook takes more than his server's 1 GB: the kernel's OOM killer stops his
+    kernel (the biggest process in his cgroup); his server, and alice's, go on."""
+    require(None if Cgroup.available() else "no cgroup can be made here", "run as root")
+    alice = log_in(browser, hub.url, "alice", "alice-first-password")
+    alice.wait_for_url("**/user/alice/lab**", timeout=180_000)
+    page = log_in(browser, hub.url, "bob", "bob-first-password")
+    page.wait_for_url("**/user/bob/lab**", timeout=180_000)
+    page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
+    kernel_dialog = page.get_by_role("button", name="Select Kernel")  # asked on some setups
+    cell = page.locator(".jp-Notebook .jp-Cell .cm-content").first
+    cell.wait_for(timeout=60_000)
+    if kernel_dialog.count():
+        kernel_dialog.click()
+    page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=120_000)  # connected
+    cell.click()
+    page.keyboard.type('hog = b"x" * (1536 * 2**20)')
+    page.keyboard.press("Shift+Enter")
+    try:
+        page.get_by_text("appears to have died", exact=False).first.wait_for(timeout=120_000)
+    except Exception:
+        shot(page, "bob-kernel-not-killed")
+        raise
+    shot(page, "bob-kernel-killed")
+    account = hub.prefix + "bob"
+    alive = subprocess.run(["pgrep", "-u", account, "-f", "jupyterhub-singleuser"])
+    assert alive.returncode == 0, "bob's server was stopped with his kernel"
+    for name, other in (("alice", alice), ("bob", page)):
+        answer = other.request.get(f"{hub.url}/user/{name}/api/status")
+        assert answer.status == 200, f"{name}'s server no longer answers"
+    alice.context.close()
+    page.context.close()
+
+
+def test_the_hub_restarts_without_losing_anything(hub, browser):
+    """Stopped and started again: the accounts, passwords, the students' running
+    servers and the exchange's content are all still there."""
+    exchange = hub.course / "hub" / "exchange"
+    marker = exchange / "kept-across-restarts"
+    marker.write_text("a file in the exchange")
+    alice_server = subprocess.run(
+        ["pgrep", "-u", hub.prefix + "alice", "-f", "jupyterhub-singleuser"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    hub.stop()
+    hub.start()
+    page = log_in(browser, hub.url, "alice", "alice-first-password")  # her password holds
+    page.wait_for_url("**/user/alice/lab**", timeout=180_000)
+    page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
+    again = subprocess.run(
+        ["pgrep", "-u", hub.prefix + "alice", "-f", "jupyterhub-singleuser"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert again.stdout == alice_server.stdout  # the same server, not a new one
+    page.context.close()
+    page = log_in(browser, hub.url, "bob", "not-bobs-password")
+    assert "/hub/login" in page.url  # still refused: the passwords were kept
+    page.context.close()
+    assert marker.read_text() == "a file in the exchange"

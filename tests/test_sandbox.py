@@ -347,12 +347,12 @@ def test_the_notebooks_own_modules_cannot_stand_in_for_the_tests(tmp_path, answe
 def test_a_graders_cgroups_go_with_it(tmp_path, monkeypatch):
     """Run as root, each sandbox gets a cgroup; the grader that made it removes it
     when the notebook is done (and only its own: another grader's may be in use)."""
-    if not sandboxing._Cgroup.available():
+    if not sandboxing.Cgroup.available():
         pytest.skip("cgroups are made only when run as root with cgroups writable")
     made = []
-    real = sandboxing._Cgroup.make
+    real = sandboxing.Cgroup.make
     monkeypatch.setattr(
-        sandboxing._Cgroup, "make", lambda limits: made.append(real(limits)) or made[-1]
+        sandboxing.Cgroup, "make", lambda limits: made.append(real(limits)) or made[-1]
     )
     run(tmp_path, "import os; os._exit(1)", "print('restarted')")  # two sandboxes
     assert len(made) == 2
