@@ -13,6 +13,7 @@ import os
 import pwd
 import secrets
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -72,7 +73,19 @@ class Hub:
         )
 
     def stop(self) -> None:
+        """Stop the hub, and wait until its proxy has let go of the ports: a new hub
+        would otherwise take over the old proxy, which is on its way out."""
         self.stack.close()
+        deadline = time.monotonic() + 60
+        for port in (self.port, self.port + 1):
+            while _listening(port):
+                assert time.monotonic() < deadline, f"port {port} still taken after the hub"
+                time.sleep(0.2)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ the environment, which the Makefile passes on:
     HUB_ROSTER       the student ids, one a line (default <state>/roster.txt)
     HUB_INSTRUCTORS  hub names of the instructors, comma-separated (admins, Formgrader)
     HUB_TAS          hub names of the teaching assistants (Formgrader, not admins)
-    HUB_IP, HUB_PORT where the hub listens (default 127.0.0.1:8000; 0.0.0.0 behind TLS)
+    HUB_IP, HUB_PORT where the hub listens (default 127.0.0.1:8000; 0.0.0.0 behind TLS);
+                     the three ports after HUB_PORT are used on 127.0.0.1 too
     HUB_STATE        the hub's own folder (default hub/ in the course, git-ignored)
     HUB_MEM_LIMIT    memory of each student's server (default 2G)
     HUB_ACCOUNT_PREFIX  system accounts are this + the hub name (default jupyter-)
@@ -48,6 +49,10 @@ from autodiff.grading.hub import roster  # noqa: E402
 # --- where it listens, what it keeps --------------------------------------------------
 c.JupyterHub.ip = os.environ.get("HUB_IP", "127.0.0.1")
 c.JupyterHub.port = int(os.environ.get("HUB_PORT", "8000"))
+# The ports after it, on 127.0.0.1 only: the proxy's API, the hub itself, the Formgrader.
+PROXY_API_PORT, HUB_PORT, FORMGRADER_PORT = (c.JupyterHub.port + n for n in (1, 2, 3))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PROXY_API_PORT}"
+c.JupyterHub.hub_port = HUB_PORT
 c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"  # users, servers, tokens
 c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")  # made once
 c.JupyterHub.pid_file = str(STATE / "jupyterhub.pid")
@@ -91,7 +96,6 @@ c.Spawner.start_timeout = 120
 # The course folder is served to the "course-team" group by a server of its own (a hub
 # service, as nbgrader's JupyterHub docs set it up), started in the course root with
 # the instructor's environment; students' servers have no Formgrader at all.
-FORMGRADER_PORT = c.JupyterHub.port + 1
 c.JupyterHub.services = [
     {
         "name": "formgrader",
