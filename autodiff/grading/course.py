@@ -20,31 +20,36 @@ _STUDENT_ID = re.compile(r"[a-z0-9._@-]+")  # ids are lower-cased first
 
 
 def nbgrader(root: Path, *args: str, timeout: float | None = None, log: Path | None = None):
-    """Run one nbgrader command in the course root; returns (exit code, output).
-
-    Output goes to a temporary file, not a pipe, so a kernel that outlives nbgrader
-    cannot block the reading. On a time-out, nbgrader and every process it started
-    (kernels start their own sessions, so they are found by parentage) are killed.
-    nbgrader finds ``alembic`` on PATH, hence the venv's bin first.
-    """
+    """Run one nbgrader command in the course root; returns (exit code, output), the
+    code None after a time-out. nbgrader finds ``alembic`` on PATH, hence the venv's
+    bin first."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    command = [sys.executable, "-m", "nbgrader", *args]
-    with tempfile.TemporaryFile("w+") as sink:
-        process = subprocess.Popen(
-            command, cwd=root, env=env, stdout=sink, stderr=subprocess.STDOUT
-        )
+    code, output = run_captured([sys.executable, "-m", "nbgrader", *args], root, env, timeout)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"$ nbgrader {' '.join(args)}\n{output}")
+    return code, output
+
+
+def run_captured(
+    command: list[str], cwd: Path | None = None, env=None, timeout: float | None = None
+) -> tuple[int | None, str]:
+    """Run ``command``; returns (exit code, or None after ``timeout`` s; output).
+
+    Output goes to a temporary file, not a pipe, so a kernel that outlives the command
+    cannot block the reading. On a time-out, the command and every process it started
+    (kernels start their own sessions, so they are found by parentage) are killed.
+    """
+    with tempfile.TemporaryFile("w+", errors="replace") as sink:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT)
         try:
-            code = process.wait(timeout=timeout)
+            code: int | None = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_tree(process.pid)
             process.wait()
             code = None
         sink.seek(0)
-        output = sink.read()
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(f"$ nbgrader {' '.join(args)}\n{output}")
-    return code, output
+        return code, sink.read()
 
 
 def kill_tree(pid: int) -> None:

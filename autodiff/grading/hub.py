@@ -45,12 +45,13 @@ class CourseSpawner(LocalProcessSpawner):
     homes = Unicode(help="the folder holding every student's home").tag(config=True)
     kit = Unicode(help="the student kit folder copied into a new home").tag(config=True)
     processes = Integer(256, help="processes a student's server may run").tag(config=True)
+    _cgroup: Cgroup | None = None  # made by start, entered by the server, gone at stop
 
     @property
     def account(self) -> str:
         return self.account_prefix + self.user.name
 
-    def make_preexec_fn(self, name):
+    def make_preexec_fn(self, name):  # ``name`` is the hub's; the account is ours
         become = set_user_setuid(self.account)
         group = self._cgroup
 
@@ -78,11 +79,8 @@ class CourseSpawner(LocalProcessSpawner):
 
     async def stop(self, now=False):
         await super().stop(now=now)
-        group = getattr(self, "_cgroup", None)
-        if group is not None:
-            group.remove()
-
-    _cgroup: Cgroup | None = None
+        if self._cgroup is not None:
+            self._cgroup.remove()
 
     def _make_account(self) -> Path:
         """The student's account and home (0700, theirs), with the kit the first time."""

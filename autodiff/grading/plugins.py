@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +27,7 @@ from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from traitlets import Float, Unicode
 
-from .course import is_test, kill_tree
+from .course import is_test, run_captured
 from .sandbox import bwrap_problem
 
 
@@ -88,18 +87,11 @@ class ReplayExecuted(NbGraderPreprocessor):
             nbformat.write(nb, staged)
             command = [sys.executable, "-m", "autodiff.grading.execute"]
             command += [str(staged), str(files), str(out), "--sandbox", "bwrap"]
-            log = Path(scratch) / "run.log"  # a file, not a pipe: see course.nbgrader
-            with log.open("w") as sink:
-                process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
-                try:
-                    process.wait(timeout=self.timeout)
-                except subprocess.TimeoutExpired:
-                    kill_tree(process.pid)
-                    process.wait()
-                    raise RuntimeError(f"the notebook ran over {self.timeout:.0f} s") from None
-            if process.returncode != 0 or not out.is_file():
-                tail = log.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"the sandboxed run failed:\n{tail}")
+            code, output = run_captured(command, timeout=self.timeout)
+            if code is None:
+                raise RuntimeError(f"the notebook ran over {self.timeout:.0f} s")
+            if code != 0 or not out.is_file():
+                raise RuntimeError(f"the sandboxed run failed:\n{output[-2000:]}")
             return nbformat.read(out, as_version=4)
 
 
