@@ -18,16 +18,26 @@ from a config folder of their own, as JupyterHub's containers do with JUPYTERHUB
 import contextlib
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
+from lab_pages import (
+    CHROMIUM_FLAGS,
+    Timer,
+    answers_for,
+    assignment_list,
+    autograde_each,
+    fetch,
+    read_feedback,
+    return_feedback,
+    score,
+    submit,
+)
 from servers import free_port, serving
 from system_parts import require
 
@@ -38,7 +48,6 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
 ASSIGNMENT = "a1_numerical_symbolic"
 STUDENTS = ("alice", "bob")
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 # Every folder's .venv is the repository's, installed already: make must not install.
 KEEP_VENV = ("-o", ".venv/.installed-course")
 
@@ -73,25 +82,6 @@ class Lab:
         page.wait_for_selector("#jp-main-dock-panel", timeout=60_000)
         page.on("dialog", lambda dialog: dialog.accept())  # the Formgrader's confirms
         return page
-
-
-class Timer:
-    """Seconds per step of the week, kept for the issue note (tests assert no time)."""
-
-    def __init__(self):
-        self.steps: dict[str, float] = {}
-
-    def __call__(self, step: str):
-        timer = self
-
-        class _Step:
-            def __enter__(self):
-                self.start = time.monotonic()
-
-            def __exit__(self, *exc):
-                timer.steps[step] = round(time.monotonic() - self.start, 1)
-
-        return _Step()
 
 
 def shot(page, name: str) -> None:
@@ -157,46 +147,12 @@ def student_lab(week, student: str, stack) -> Lab:
     return Lab(homes[student] / kit_name, envs[student], stack)
 
 
-def answers_for(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """``notebook`` with every answer cell filled in from the instructor's solution."""
-    source = nbformat.read(ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", 4)
-    solutions = {
-        cell.metadata.nbgrader["grade_id"]: cell.source
-        for cell in source.cells
-        if cell.metadata.get("nbgrader", {}).get("solution")
-    }
-    for cell in notebook.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in solutions:
-            lines = solutions[grade_id].splitlines()
-            cell.source = "\n".join(line for line in lines if "SOLUTION" not in line)
-    return notebook
-
-
-def formgrader_result(formgrader, seconds: float = 600) -> str:
-    """Wait for the Formgrader's answer to a button (a success or an error box), close
-    it, and fail with its text when it is an error."""
-    box = formgrader.locator("#success-modal.in, #error-modal.in")
-    box.wait_for(timeout=seconds * 1000)
-    text, failed = box.inner_text(), formgrader.locator("#error-modal.in").count() > 0
-    box.get_by_role("button", name="OK").click()
-    formgrader.locator(".modal-backdrop").wait_for(state="detached")
-    assert not failed, text
-    return text
-
-
-def assignment_list(page):
-    page.get_by_role("menuitem", name="Nbgrader").click()
-    page.get_by_role("menuitem", name="Assignment List").click()
-    page.wait_for_selector("#released_assignments_list", timeout=30_000)
-
-
 def test_a_week_of_the_course_in_the_browser(week, browser):
     course, exchange, homes, envs, kit_name = week
     timer = Timer()
     labs: list[Lab] = []
     with contextlib.ExitStack() as stack:
-        stack.callback(_save_timings, timer)  # also when a step fails
+        stack.callback(timer.save, ARTIFACTS / "timings.json")  # also when a step fails
         with timer("release (make release)"):
             run(["make", *KEEP_VENV, "release"], course, envs["instructor"])
         assert (exchange / "autodiff" / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").exists()
@@ -209,16 +165,9 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
                 pages[student] = page = lab.open(browser)
             with timer(f"{student}: list and fetch"):
                 assignment_list(page)
-                released = page.locator("#released_assignments_list")
-                fetch = released.locator(".list_item", has_text=ASSIGNMENT).get_by_role(
-                    "button", name="Fetch"
-                )
-                fetch.wait_for(timeout=60_000)
+                listed = fetch(page, ASSIGNMENT)
                 for name in sorted(p.name for p in (course / "solutions").iterdir() if p.is_dir()):
-                    assert name in released.inner_text(), f"{name} not listed for {student}"
-                fetch.click()
-                downloaded = page.locator("#fetched_assignments_list .assignment-notebooks-link")
-                downloaded.filter(has_text=ASSIGNMENT).wait_for(timeout=60_000)
+                    assert name in listed, f"{name} not listed for {student}"
             shot(page, f"1-{student}-fetched")
             fetched = homes[student] / kit_name / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
             assert fetched.exists(), f"{student}'s fetch wrote nothing at {fetched}"
@@ -227,7 +176,7 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
         # bob leaves the release as it is; both open their notebook.
         path = f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
         mine = labs[0].api("GET", f"/api/contents/{path}")["content"]
-        filled = answers_for(nbformat.from_dict(mine))
+        filled = answers_for(nbformat.from_dict(mine), ASSIGNMENT)
         labs[0].api("PUT", f"/api/contents/{path}", {"type": "notebook", "content": filled})
         for student, page in pages.items():
             page.get_by_role("tab", name="Assignments").click()
@@ -247,11 +196,7 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
             assert expected[student] in dialog.inner_text()
             dialog.get_by_role("button").last.click()
             with timer(f"{student}: submit"):
-                page.locator("#fetched_assignments_list").get_by_role(
-                    "button", name="Submit"
-                ).click()
-                submitted = page.locator("#submitted_assignments_list .list_item")
-                submitted.filter(has_text=ASSIGNMENT).first.wait_for(timeout=60_000)
+                submit(page, ASSIGNMENT)
             shot(page, f"4-{student}-submitted")
         inbound = sorted(p.name.split("+")[0] for p in (exchange / "autodiff/inbound").iterdir())
         assert inbound == ["alice", "bob"]
@@ -269,55 +214,27 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
             page.get_by_role("menuitem", name="Nbgrader").click()
             page.get_by_role("menuitem", name="Formgrader").click()
             formgrader = page.frame_locator("iframe").first
-            row = formgrader.locator("tr", has_text=ASSIGNMENT)
-            row.locator("td.num-submissions a").click()
-            table = formgrader.locator("#main-table")
-            for student in STUDENTS:
-                table.locator("tr", has_text=student).wait_for(timeout=30_000)
-        shot(page, "5-formgrader-submissions")
-        for student in STUDENTS:
-            with timer(f"instructor: autograde {student} (Formgrader, sandboxed)"):
-                student_row = table.locator("tr", has_text=student)
-                student_row.locator("td.autograde a").click()
-                formgrader_result(formgrader)
+            formgrader.locator("tr", has_text=ASSIGNMENT).wait_for(timeout=30_000)
+        table = autograde_each(formgrader, ASSIGNMENT, STUDENTS, timer)
         shot(page, "6-formgrader-autograded")
         for student, points in (("alice", "20"), ("bob", "0")):
-            score = table.locator("tr", has_text=student).locator("td.score").inner_text()
-            assert score.split() == [points, "/", "25"], f"{student}: {score}"
+            row = table.locator("tr", has_text=student).locator("td.score").inner_text()
+            assert row.split() == [points, "/", "25"], f"{student}: {row}"
 
         with timer("instructor: generate and release feedback (Formgrader)"):
-            formgrader.locator("a", has_text="Manage Assignments").click()
-            row = formgrader.locator("tr", has_text=ASSIGNMENT)
-            row.locator("td.generate-feedback a").click()
-            formgrader_result(formgrader)
-            row.locator("td.release-feedback a").click()
-            formgrader_result(formgrader)
+            return_feedback(formgrader, ASSIGNMENT)
         shot(page, "7-formgrader-feedback-released")
 
         for student, page in pages.items():
             with timer(f"{student}: fetch feedback"):
-                page.get_by_role("tab", name="Assignments").click()
-                submitted = page.locator("#submitted_assignments_list")
-                submitted.get_by_role("button", name="Fetch Feedback").click()
-                submitted.get_by_text("view feedback").wait_for(timeout=60_000)
-            submitted.get_by_text("view feedback").click()  # the file browser goes there
-            page.locator(".jp-DirListing-item", has_text=".html").dblclick()
-            shown = page.frame_locator(".jp-HTMLViewer iframe").locator("body")
-            shown.get_by_text("Score:").first.wait_for(timeout=30_000)
+                shown = read_feedback(page)
             shot(page, f"8-{student}-feedback")
-            points = "20.0 / 25.0" if student == "alice" else "0.0 / 25.0"
-            assert f"(Score: {points})" in shown.inner_text()
+            points = ("20.0", "25.0") if student == "alice" else ("0.0", "25.0")
+            assert score(shown) == points, f"{student} was shown {score(shown)}"
             pages_of_feedback = list(
                 (homes[student] / kit_name / ASSIGNMENT).glob("feedback/*/*.html")
             )
             assert len(pages_of_feedback) == 1, pages_of_feedback
             html = pages_of_feedback[0].read_text()
-            score = re.search(r"\(Score: ([\d.]+) / ([\d.]+)\)", html)
-            assert score, f"no score in {student}'s feedback"
-            assert score.groups() == (("20.0", "25.0") if student == "alice" else ("0.0", "25.0"))
+            assert score(html) == points, f"{student}'s feedback file: {score(html)}"
             assert "HIDDEN TESTS" not in html
-
-
-def _save_timings(timer: Timer) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "timings.json").write_text(json.dumps(timer.steps, indent=2))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -35,6 +36,8 @@ import pytest
 from servers import free_port, serving
 
 from autodiff.grading import sandbox as sandboxing
+from autodiff.grading.exchange import ACCOUNTS_FILE
+from autodiff.grading.hub import write_accounts
 
 pytest.importorskip("nbgrader")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -404,6 +407,29 @@ def test_odd_entries_are_reported_and_left_alone(trouble, tmp_path):
     assert not (trouble.root / "submitted" / "gina").exists()
     assert not (trouble.root / "submitted" / "frank").exists()
     assert named_up.is_dir() and no_time.is_dir() and linked.is_symlink()
+
+
+def test_on_a_hub_a_submission_under_another_students_id_is_refused(trouble):
+    """On make hub, each student's server runs as their own account, and the exchange
+    says how accounts are named: an entry for judy made by another account (a student
+    who told nbgrader judy's id) is not collected; the account's own entry is."""
+    me = pwd.getpwuid(os.getuid()).pw_name  # the account prefix "" + this id
+    write_accounts(trouble.exchange, "")
+    try:
+        own = hand_in(trouble, me, "2026-03-01 00:00:00.000000 UTC")
+        spoofed = hand_in(trouble, "judy", "2026-03-01 00:00:00.000000 UTC")
+        out = trouble.ok("collect", A2)
+        assert f"{spoofed.name}: made by the account {me}, not by judy" in out, out
+        assert not (trouble.root / "submitted" / "judy").exists() and spoofed.is_dir()
+        collected = trouble.root / "submitted" / me / A2 / NOTEBOOK
+        assert collected.read_bytes() == (own / NOTEBOOK).read_bytes()
+        # the declaration itself must be the hub's: one others could write says nothing
+        (trouble.exchange / ACCOUNTS_FILE).chmod(0o666)
+        done = trouble.run("collect", A2)
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert "it is not the hub's (root's, not writable by others)" in done.stderr
+    finally:
+        (trouble.exchange / ACCOUNTS_FILE).unlink()
 
 
 def _chown_away(path: Path) -> None:

@@ -9,6 +9,7 @@ files; the instructor reaches the Formgrader.
 """
 
 import contextlib
+import json
 import os
 import pwd
 import secrets
@@ -17,17 +18,39 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import nbformat
 import pytest
+from lab_pages import (
+    CHROMIUM_FLAGS,
+    Timer,
+    answers_for,
+    assignment_list,
+    autograde_each,
+    fetch,
+    formgrader_result,
+    read_feedback,
+    return_feedback,
+    score,
+    submit,
+)
 from servers import free_port, serving
 from system_parts import require
 
+from autodiff.grading.exchange import owner
 from autodiff.grading.sandbox import Cgroup
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts" / "hub"
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+ASSIGNMENT = "a1_numerical_symbolic"
+# Who answers what: all of it, part A (finite differences, 5 points), nothing.
+CLASS = {"alice": None, "bob": {"finite_differences", "complex_step"}, "carol": set()}
+# The load check: these 17 through the hub's REST API, the three above in the browser.
+LOAD_STUDENTS = [f"load{n:02d}" for n in range(1, 18)]
+LOAD_ASSIGNMENT = "a2_forward_mode"
 KEEP_VENV = ("-o", ".venv/.installed-course", "-o", ".venv/.installed-hub")
 COPIED = ("Makefile", "nbgrader_config.py", "pyproject.toml", "environment.yml", "README.md")
 FOLDERS = ("autodiff", "course", "solutions", "assignments", "deploy")
@@ -56,14 +79,16 @@ class Hub:
             shutil.copytree(ROOT / name, self.course / name, ignore=ignore)
         (self.course / ".venv").symlink_to(ROOT / ".venv")
         (self.course / "hub").mkdir()
-        (self.course / "hub" / "roster.txt").write_text("alice\nbob  # a comment\n\ncarol\n")
+        roster = ["alice", "bob  # a comment", "", "carol", *LOAD_STUDENTS]
+        (self.course / "hub" / "roster.txt").write_text("\n".join(roster) + "\n")
         self.prefix = f"adt{secrets.token_hex(3)}-"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stack = contextlib.ExitStack()
 
     def start(self) -> None:
-        env = dict(os.environ, HUB_ACCOUNT_PREFIX=self.prefix, HUB_MEM_LIMIT="1G")
+        limits = {"HUB_MEM_LIMIT": "1G", "HUB_CPU_LIMIT": "0.5"}
+        env = dict(os.environ, HUB_ACCOUNT_PREFIX=self.prefix, **limits)
         env.pop("NBGRADER_EXCHANGE", None)
         command = ["make", *KEEP_VENV, "hub", "INSTRUCTORS=prof", f"PORT={self.port}"]
         log = self.tmp / "hub.log"
@@ -191,11 +216,12 @@ def test_students_reach_no_course_files_and_no_other_home(hub, browser):
     for secret in (
         course / "solutions" / "a1_numerical_symbolic" / "a1_numerical_symbolic.ipynb",
         course / "gradebook.db",
-        course / "hub" / "jupyterhub.sqlite",
+        course / "hub" / "private" / "jupyterhub.sqlite",
+        course / "hub" / "private",  # the passwords, the cookie secret
         course / "hub" / "roster.txt",
         course / "hub" / "home" / "carol",
     ):
-        denied = as_account(alice, "cat" if not secret.name == "carol" else "ls", str(secret))
+        denied = as_account(alice, "ls" if secret.is_dir() else "cat", str(secret))
         assert denied.returncode != 0, f"{alice} can read {secret}"
     exchange = course / "hub" / "exchange"
     assert as_account(alice, "ls", str(exchange)).returncode == 0  # the exchange is shared
@@ -215,6 +241,127 @@ def test_the_formgrader_is_the_course_teams(hub, browser):
     page.context.close()
 
 
+def save_answers(page, url: str, student: str, only: set[str] | None) -> None:
+    """The student's answers (``answers_for``) saved as JupyterLab saves: a PUT to
+    their server's contents API, with their login cookie and the XSRF token."""
+    base, path = f"{url}/user/{student}", f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+    fetched = page.request.get(f"{base}/api/contents/{path}")
+    assert fetched.ok, f"{student} cannot open the fetched notebook: {fetched.status}"
+    filled = answers_for(nbformat.from_dict(fetched.json()["content"]), ASSIGNMENT, only)
+    xsrf = next(c["value"] for c in page.context.cookies(f"{base}/") if c["name"] == "_xsrf")
+    saved = page.request.put(
+        f"{base}/api/contents/{path}",
+        data={"type": "notebook", "content": filled},
+        headers={"X-XSRFToken": xsrf},
+    )
+    assert saved.ok, f"{student}'s save: {saved.status} {saved.text()}"
+
+
+def open_formgrader(browser, url: str):
+    prof = log_in(browser, url, "prof", "prof-first-password")
+    prof.on("dialog", lambda dialog: dialog.accept())  # the Formgrader's confirms
+    prof.goto(f"{url}/services/formgrader/formgrader")
+    prof.locator("tr", has_text=ASSIGNMENT).wait_for(timeout=60_000)
+    return prof
+
+
+def scores_in_formgrader(prof, url: str) -> dict[str, str]:
+    """The scores of the assignment's submissions, as the Formgrader lists them."""
+    prof.goto(f"{url}/services/formgrader/formgrader/manage_submissions/{ASSIGNMENT}")
+    table = prof.locator("#main-table")
+    for student in CLASS:
+        table.locator("tr", has_text=student).wait_for(timeout=60_000)
+    cells = {s: table.locator("tr", has_text=s).locator("td.score") for s in CLASS}
+    return {student: " ".join(cell.inner_text().split()) for student, cell in cells.items()}
+
+
+def test_a_week_of_the_class_on_the_hub(hub, browser):
+    """prof releases in the Formgrader; alice (all), bob (part A) and carol (nothing)
+    each fetch, answer and submit from their own Assignment List; prof collects,
+    autogrades and returns the feedback in the Formgrader; each student reads their
+    own score, and reaches no one else's server, home or submission."""
+    url, exchange = hub.url, hub.course / "hub" / "exchange" / "autodiff"
+    timer = Timer()
+    with contextlib.ExitStack() as stack:
+        stack.callback(timer.save, ARTIFACTS / "timings.json")  # also when a step fails
+        with timer("prof: log in, open the Formgrader"):
+            prof = open_formgrader(browser, url)
+        # make hub built the kit from the release, and published nothing: that is prof's
+        assert not (exchange / "outbound" / ASSIGNMENT).exists()
+        with timer("prof: release (Formgrader)"):
+            prof.locator("tr", has_text=ASSIGNMENT).locator("td.release a").click()
+            formgrader_result(prof)
+        assert (exchange / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
+
+        pages = {}
+        for student, only in CLASS.items():
+            with timer(f"{student}: log in, JupyterLab open"):
+                page = pages[student] = log_in(browser, url, student, f"{student}-first-password")
+                page.wait_for_url(f"**/user/{student}/lab**", timeout=180_000)
+                page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
+            with timer(f"{student}: fetch"):
+                assignment_list(page)
+                fetch(page, ASSIGNMENT)
+            if only != set():
+                save_answers(page, url, student, only)
+            with timer(f"{student}: submit"):
+                submit(page, ASSIGNMENT)
+            shot(page, f"week-1-{student}-submitted")
+        made_by = {
+            entry.name.split("+")[0]: owner(entry) for entry in (exchange / "inbound").iterdir()
+        }
+        assert made_by == {student: hub.prefix + student for student in CLASS}
+
+        with timer("prof: collect (Formgrader)"):
+            prof.goto(f"{url}/services/formgrader/formgrader")
+            prof.locator("tr", has_text=ASSIGNMENT).locator("td.collect a").click()
+            formgrader_result(prof)
+        for student in CLASS:
+            notebook = hub.course / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+            assert notebook.is_file(), f"{student}'s submission was not collected"
+        autograde_each(prof, ASSIGNMENT, CLASS, timer)
+        scores = scores_in_formgrader(prof, url)
+        shot(prof, "week-2-formgrader-autograded")
+        assert scores == {"alice": "20 / 25", "bob": "5 / 25", "carol": "0 / 25"}, scores
+        with timer("prof: generate and release feedback (Formgrader)"):
+            prof.goto(f"{url}/services/formgrader/formgrader")
+            return_feedback(prof, ASSIGNMENT)
+
+        for student, page in pages.items():
+            with timer(f"{student}: fetch and read feedback"):
+                shown = read_feedback(page)
+            shot(page, f"week-3-{student}-feedback")
+            points = scores[student].split(" / ")[0] + ".0"
+            assert score(shown) == (points, "25.0"), f"{student} was shown {score(shown)}"
+
+        sizes = {  # for docs/scaling.md
+            "submission KB": {
+                e.name.split("+")[0]: _kb(e) for e in (exchange / "inbound").iterdir()
+            },
+            "feedback KB": {p.name: _kb(p) for p in (exchange / "feedback").iterdir()},
+            "home KB": {s: _kb(hub.course / "hub" / "home" / s) for s in CLASS},
+        }
+        (ARTIFACTS / "sizes.json").write_text(json.dumps(sizes, indent=2))
+
+        # Nobody reaches another's server, home, feedback or submission.
+        alice = pages["alice"]
+        answer = alice.goto(f"{url}/user/bob/api/contents/{ASSIGNMENT}")
+        assert answer.status == 403, f"alice reached bob's server: {answer.status}"
+        bob_home = hub.course / "hub" / "home" / "bob"
+        for folder in (bob_home, exchange / "inbound", exchange / "feedback"):
+            listed = as_account(hub.prefix + "alice", "ls", str(folder))
+            assert listed.returncode != 0, f"alice can list {folder}"
+        for page in (prof, *pages.values()):
+            page.context.close()
+
+
+def _kb(path: Path) -> int:
+    """KB on disk of a file or a folder (``du -sk``)."""
+    return int(
+        subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True).stdout.split()[0]
+    )
+
+
 def test_a_server_over_its_memory_limit_is_stopped_alone(hub, browser):
     """bob's notebook takes more than his server's 1 GB: the kernel's OOM killer stops his
     kernel (the biggest process in his cgroup); his server, and alice's, go on."""
@@ -223,6 +370,9 @@ def test_a_server_over_its_memory_limit_is_stopped_alone(hub, browser):
     alice.wait_for_url("**/user/alice/lab**", timeout=180_000)
     page = log_in(browser, hub.url, "bob", "bob-first-password")
     page.wait_for_url("**/user/bob/lab**", timeout=180_000)
+    page.goto(
+        f"{hub.url}/user/bob/lab?reset"
+    )  # a fresh workspace: the Launcher, not last week's tabs
     page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
     kernel_dialog = page.get_by_role("button", name="Select Kernel")  # asked on some setups
     cell = page.locator(".jp-Notebook .jp-Cell .cm-content").first
@@ -249,12 +399,198 @@ def test_a_server_over_its_memory_limit_is_stopped_alone(hub, browser):
     page.context.close()
 
 
+def test_a_servers_cpu_is_capped(hub, browser):
+    """alice's server runs in a cgroup of its own with half a core (HUB_CPU_LIMIT=0.5):
+    two busy loops of her account started in it get half a core between them, on a
+    machine where they would otherwise take two."""
+    account = hub.prefix + "alice"
+    log_in(browser, hub.url, "alice", "alice-first-password").context.close()
+    server = subprocess.run(
+        ["pgrep", "-u", account, "-f", "jupyterhub-singleuser"], capture_output=True, text=True
+    ).stdout.split()
+    assert server, "alice's server is not running"
+    cgroups = Path(f"/proc/{server[0]}/cgroup").read_text()
+    assert f"autodiff-hub-{account}" in cgroups, f"alice's server is not in her cgroup:\n{cgroups}"
+    name = f"autodiff-hub-{account}"
+    capped = [  # v1's cpu hierarchy, or v2's one
+        folder / name
+        for folder in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup"))
+        if (folder / name / "cpu.cfs_quota_us").exists() or (folder / name / "cpu.max").exists()
+    ]
+    problem = None if capped else "this kernel's cgroups have no cpu controller"
+    require(problem, "cgroup v1's cpu hierarchy, or v2 with +cpu in cgroup.subtree_control")
+    procs = capped[0] / "cgroup.procs"
+    loops = [
+        subprocess.Popen(
+            ["runuser", "-u", account, "--", "python3", "-c", "while True: pass"],
+            preexec_fn=lambda: procs.write_text("0"),
+        )
+        for _ in range(2)
+    ]
+    try:
+        started = time.monotonic()
+        time.sleep(4)
+        used = sum(_cpu_seconds(loop.pid) for loop in loops)
+        wall = time.monotonic() - started
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert used < 0.5 * wall * 1.25, f"busy loops used {used:.1f} s of CPU in {wall:.1f} s"
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system time of a process and of its children (runuser's child)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return sum(_process_cpu(task) for task in [pid, *map(int, children)])
+
+
+def _process_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class HubAPI:
+    """The hub's REST API and the students' servers, with a token (urllib, threads)."""
+
+    def __init__(self, url: str, token: str):
+        self.url, self.token = url, token
+
+    def call(self, method: str, path: str, body: dict | None = None, token: str = ""):
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"token {token or self.token}"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(self.url + path, data, headers, method=method)
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            text = answer.read()
+            return json.loads(text) if text else {}
+
+
+def admin_token(browser, url: str) -> str:
+    """A token for prof (an admin), made as the hub's token page makes one."""
+    page = log_in(browser, url, "prof", "prof-first-password")
+    xsrf = next(c["value"] for c in page.context.cookies(f"{url}/hub/") if c["name"] == "_xsrf")
+    made = page.request.post(
+        f"{url}/hub/api/users/prof/tokens",
+        data={"note": "load check", "expires_in": 3600},
+        headers={"X-XSRFToken": xsrf},
+    )
+    assert made.ok, f"no token for prof: {made.status} {made.text()}"
+    token = made.json()["token"]
+    page.context.close()
+    return token
+
+
+def simulated_student(api: HubAPI, name: str) -> dict:
+    """Start the student's server, then fetch and submit through the Assignment List's
+    own handlers (what its buttons call). Returns the times, or the error."""
+    times: dict = {"student": name}
+    try:
+        began = time.monotonic()
+        api.call("POST", f"/hub/api/users/{name}/server", {})
+        while not api.call("GET", f"/hub/api/users/{name}")["servers"].get("", {}).get("ready"):
+            assert time.monotonic() - began < 180, "not ready after 180 s"
+            time.sleep(0.25)
+        times["server start s"] = round(time.monotonic() - began, 2)
+        token = api.call("POST", f"/hub/api/users/{name}/tokens", {"expires_in": 3600})["token"]
+        body = {"course_id": "autodiff", "assignment_id": LOAD_ASSIGNMENT}
+        began = time.monotonic()
+        fetched = api.call("POST", f"/user/{name}/assignments/fetch", body, token)
+        assert fetched.get("success"), f"fetch said {fetched}"
+        submitted = api.call("POST", f"/user/{name}/assignments/submit", body, token)
+        listed = {(a["assignment_id"], a["status"]) for a in submitted.get("value", [])}
+        assert (LOAD_ASSIGNMENT, "submitted") in listed, f"submit said {submitted}"
+        times["fetch and submit s"] = round(time.monotonic() - began, 2)
+    except Exception as error:  # reported, and failed on below
+        times["error"] = f"{type(error).__name__}: {str(error)[:500]}"
+    times["done at"] = time.monotonic()
+    return times
+
+
+def usage_of(account: str) -> tuple[float, float]:
+    """(MB of memory (proportional set size), seconds of CPU) of an account's processes."""
+    pids = subprocess.run(["pgrep", "-u", account], capture_output=True, text=True).stdout
+    pss_kb, cpu = 0, 0.0
+    for pid in map(int, pids.split()):
+        with contextlib.suppress(OSError):
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+            pss_kb += int(next(line for line in rollup if line.startswith("Pss:")).split()[1])
+            cpu += _process_cpu(pid)
+    return pss_kb / 1024, cpu
+
+
+def test_twenty_students_fetch_and_submit_at_once(hub, browser):
+    """The load check: prof releases a2; 17 students through the hub's REST API (each
+    server started, then the Assignment List's fetch and submit) and the three of the
+    week in their browsers, all at once. Every submission arrives, made by its
+    student's account; the times and memory go to tests/artifacts/hub/load.json."""
+    url, exchange = hub.url, hub.course / "hub" / "exchange" / "autodiff"
+    prof = open_formgrader(browser, url)
+    prof.locator("tr", has_text=LOAD_ASSIGNMENT).locator("td.release a").click()
+    formgrader_result(prof)
+    prof.context.close()
+    api = HubAPI(url, admin_token(browser, url))
+    pages = {}
+    for student in CLASS:  # logged in and their JupyterLab open, before the clock starts
+        pages[student] = log_in(browser, url, student, f"{student}-first-password")
+        pages[student].wait_for_selector("#jp-main-dock-panel", timeout=180_000)
+    started = time.monotonic()
+    with ThreadPoolExecutor(len(LOAD_STUDENTS)) as pool:
+        running = [pool.submit(simulated_student, api, name) for name in LOAD_STUDENTS]
+        for student, page in pages.items():
+            began = time.monotonic()
+            assignment_list(page)
+            fetch(page, LOAD_ASSIGNMENT)
+            submit(page, LOAD_ASSIGNMENT)
+            done = {"student": student, "fetch and submit s": round(time.monotonic() - began, 2)}
+            running.append(_done(dict(done, **{"done at": time.monotonic()})))
+        results = [future.result() for future in running]
+    for result in results:
+        result["done at"] = round(result["done at"] - started, 2)
+    usage = {account: usage_of(hub.prefix + account) for account in [*CLASS, *LOAD_STUDENTS]}
+    figures = {
+        "students": len(results),
+        "all submitted after s": max(r["done at"] for r in results),
+        "server start s (REST students)": sorted(r.get("server start s", -1) for r in results[:17]),
+        "memory MB per student (PSS, server and kernels)": {
+            k: round(v[0], 1) for k, v in usage.items()
+        },
+        "CPU s per student so far": {k: round(v[1], 1) for k, v in usage.items()},
+        "results": results,
+    }
+    (ARTIFACTS / "load.json").write_text(json.dumps(figures, indent=2))
+    for page in pages.values():
+        page.context.close()
+    errors = [r for r in results if "error" in r]
+    assert not errors, errors
+    made_by = {}
+    for entry in (exchange / "inbound").iterdir():
+        student, assignment = entry.name.split("+")[:2]
+        if assignment == LOAD_ASSIGNMENT:
+            made_by[student] = owner(entry)
+    assert made_by == {s: hub.prefix + s for s in [*CLASS, *LOAD_STUDENTS]}
+
+
+def _done(result: dict):
+    """A finished step, as a future holds it (the browser's, beside the threads')."""
+    future: Future = Future()
+    future.set_result(result)
+    return future
+
+
 def test_the_hub_restarts_without_losing_anything(hub, browser):
     """Stopped and started again: the accounts, passwords, the students' running
-    servers and the exchange's content are all still there."""
+    servers, the exchange's submissions, the gradebook's scores and the feedback are
+    all still there (after the week above)."""
     exchange = hub.course / "hub" / "exchange"
     marker = exchange / "kept-across-restarts"
     marker.write_text("a file in the exchange")
+    inbound = sorted(p.name for p in (exchange / "autodiff" / "inbound").iterdir())
+    feedback = sorted((hub.course / "hub" / "home").glob(f"*/*/{ASSIGNMENT}/feedback/*/*.html"))
+    prof = open_formgrader(browser, hub.url)
+    scores = scores_in_formgrader(prof, hub.url)
+    prof.context.close()
     alice_server = subprocess.run(
         ["pgrep", "-u", hub.prefix + "alice", "-f", "jupyterhub-singleuser"],
         capture_output=True, text=True,
@@ -274,3 +610,9 @@ def test_the_hub_restarts_without_losing_anything(hub, browser):
     assert "/hub/login" in page.url  # still refused: the passwords were kept
     page.context.close()
     assert marker.read_text() == "a file in the exchange"
+    assert sorted(p.name for p in (exchange / "autodiff" / "inbound").iterdir()) == inbound
+    assert len(feedback) == len(CLASS)
+    assert all(path.is_file() for path in feedback)
+    prof = open_formgrader(browser, hub.url)
+    assert scores_in_formgrader(prof, hub.url) == scores  # the gradebook, through the new hub
+    prof.context.close()

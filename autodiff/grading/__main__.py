@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignment", nargs="?", help="for a folder: the assignment")
     p.add_argument("stamp", nargs="?", help="for a folder: which copy (default the newest)")
     p.add_argument("--wait", action="store_true", help="wait for a grading run to end")
-    p = commands.add_parser("kit", help="release, then the student kit in dist/")
+    p = commands.add_parser("kit", help="release (not published), then the student kit in dist/")
     p.add_argument("--out", type=Path, default=Path("dist"), help="folder for the kit")
     args = parser.parse_args(argv)
     root = Path.cwd()
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "restore":
         _restore(root, args.which, args.assignment, args.stamp, args.wait)
     elif args.command == "kit":
-        release(root)  # students get the release of today's solutions/
+        release(root, publish=False)  # the kit has today's release; students see it once published
         kit = args.out / build_kit(root, root / args.out).name
         print(f"student kit: {kit}/ and {kit}.zip")
     return 0

@@ -95,7 +95,8 @@ def collect_exchange(root: Path, assignment: str | None = None) -> list[Path]:
             f"error: {assignment} is not published in the exchange (published: "
             f"{', '.join(published)}); `make release` publishes every assignment"
         )
-    entries = [_judge(path, published) for path in sorted(inbound.iterdir())]
+    prefix = exchange.submitter_prefix(root)  # on make hub: whose account made each entry
+    entries = [_judge(path, published, prefix) for path in sorted(inbound.iterdir())]
     run, reports = stamp(), []
     for name in [assignment] if assignment else published:
         mine = [entry for entry in entries if entry.assignment == name]
@@ -110,8 +111,13 @@ def collect_exchange(root: Path, assignment: str | None = None) -> list[Path]:
 # --- judging each folder of inbound -------------------------------------------------
 
 
-def _judge(path: Path, published: list[str]) -> Submission:
-    """Whose submission a folder of inbound is, and of what, or why it is not taken."""
+def _judge(path: Path, published: list[str], prefix: str | None = None) -> Submission:
+    """Whose submission a folder of inbound is, and of what, or why it is not taken.
+
+    With ``prefix`` (a hub's exchange: ``exchange.submitter_prefix``) the folder must
+    have been made by the student's own account, ``<prefix><student>``: a student can
+    tell nbgrader any id (``JUPYTERHUB_USER``, ``--student``), but not which account
+    the folder belongs to."""
     entry = Submission(path)
     match = _NAME.fullmatch(path.name)
     if match is None:
@@ -132,6 +138,11 @@ def _judge(path: Path, published: list[str]) -> Submission:
         return entry.refuse(f"unreadable time {match['time']!r} in its name")
     if path.is_symlink() or not path.is_dir():
         return entry.refuse("a link or a file, not a submission's folder")
+    if prefix is not None and exchange.owner(path) != prefix + entry.student:
+        return entry.refuse(
+            f"made by the account {exchange.owner(path)}, not by {prefix}{entry.student}: "
+            f"a submission under another student's id"
+        )
     if not os.access(path, os.R_OK | os.X_OK):
         return entry.refuse(
             f"you cannot read it ({exchange.describe(path)}): the student can submit again"

@@ -21,6 +21,7 @@ wrong mode is one clear message, not a traceback halfway through.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -51,6 +52,30 @@ def exchange_root(root: Path) -> Path:
     return Path(config.Exchange.root)
 
 
+# Written by ``make hub`` in the exchange's root: how the students' accounts are named.
+ACCOUNTS_FILE = "hub-accounts.json"
+
+
+def submitter_prefix(root: Path) -> str | None:
+    """The prefix of the students' accounts when a hub declares one for this exchange
+    (``<exchange>/hub-accounts.json``, ``{"account_prefix": "jupyter-"}``, written by
+    ``make hub``): a submission of student ``id`` must then be a folder made by the
+    account ``<prefix><id>``, whatever id the student's nbgrader was told to use. None
+    for an exchange without it (students on machines of their own)."""
+    declared = exchange_root(root) / ACCOUNTS_FILE
+    if not (declared.exists() or declared.is_symlink()):
+        return None
+    info = declared.lstat()
+    trusted = info.st_uid in (0, os.getuid()) and not info.st_mode & 0o022
+    if not (stat.S_ISREG(info.st_mode) and trusted):
+        raise SystemExit(
+            f"error: {describe(declared)}: it is not the hub's (root's, not writable by others),"
+            " so it cannot say whose submissions are whose; nothing was collected. Remove it"
+            " and start make hub again, which writes it."
+        )
+    return str(json.loads(declared.read_text())["account_prefix"])
+
+
 def course_folder(root: Path) -> Path:
     return exchange_root(root) / COURSE_ID
 
@@ -71,6 +96,11 @@ def describe(path: Path) -> str:
     info = path.lstat()
     mode = stat.S_IMODE(info.st_mode)
     return f"{path} is {stat.filemode(info.st_mode)} ({mode:04o}), owner {_owner(info.st_uid)}"
+
+
+def owner(path: Path) -> str:
+    """The account that owns ``path`` (not followed, if a link)."""
+    return _owner(path.lstat().st_uid)
 
 
 def _owner(uid: int) -> str:

@@ -8,13 +8,15 @@
 * it runs the students' environment (``<state>/venv``: the kit installed, nothing of the
   instructor's), sees the course's exchange, and the kit's Jupyter settings (no
   Formgrader);
-* its memory and processes are capped by a cgroup of its own (where one can be made:
-  root, cgroup v1 or v2), so one student's runaway server is stopped by the kernel's
-  OOM killer without touching the others.
+* its memory, CPU cores and processes are capped by a cgroup of its own (where one
+  can be made: root, cgroup v1 or v2), so one student's runaway server is stopped by
+  the kernel's OOM killer, and a busy loop slows only its own, without touching the
+  others.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -24,6 +26,7 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
 from traitlets import Integer, Unicode
 
+from .exchange import ACCOUNTS_FILE
 from .sandbox import Cgroup, Limits
 
 
@@ -38,8 +41,20 @@ def roster(path: Path) -> set[str]:
     return ids
 
 
+def write_accounts(exchange: Path, prefix: str) -> None:
+    """Declare in the exchange how students' accounts are named
+    (``exchange.submitter_prefix`` reads it when collecting). Made afresh at every
+    start, root's and 0644, so that no student's file can stand in for it."""
+    declared = exchange / ACCOUNTS_FILE
+    declared.unlink(missing_ok=True)  # root may, in the sticky exchange
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(declared, flags, 0o644), "w") as file:
+        json.dump({"account_prefix": prefix}, file)
+    declared.chmod(0o644)  # the hub's umask is 077
+
+
 class CourseSpawner(LocalProcessSpawner):
-    """A student's server: own account, own home with the kit, capped memory."""
+    """A student's server: own account, own home with the kit, capped memory and CPU."""
 
     account_prefix = Unicode("jupyter-", help="system account = prefix + hub name").tag(config=True)
     homes = Unicode(help="the folder holding every student's home").tag(config=True)
@@ -53,12 +68,16 @@ class CourseSpawner(LocalProcessSpawner):
 
     def make_preexec_fn(self, name):  # ``name`` is the hub's; the account is ours
         become = set_user_setuid(self.account)
-        group = self._cgroup
+        group, folder = self._cgroup, self.notebook_dir
 
         def preexec():
             if group is not None:
                 group.enter()  # as root, before the account is taken
-            become()
+            become()  # which goes to the home folder
+            # The kit's folder, whose nbgrader_config.py the Assignment List reads: it
+            # looks in the server's working folder, not in its root_dir.
+            if folder:
+                os.chdir(folder)
 
         return preexec
 
@@ -73,7 +92,8 @@ class CourseSpawner(LocalProcessSpawner):
         self.notebook_dir = str(kit)  # where the kit's nbgrader_config.py is read
         self.environment["JUPYTER_CONFIG_PATH"] = str(kit / "jupyter")  # no Formgrader
         memory_mb = max(64, (self.mem_limit or 2**31) // 2**20)
-        limits = Limits(memory_mb=memory_mb, processes=self.processes)
+        cores = self.cpu_limit or 0  # Spawner.cpu_limit: cores; None or 0 for no cap
+        limits = Limits(memory_mb=memory_mb, processes=self.processes, cores=cores)
         self._cgroup = Cgroup.make(limits, name=f"autodiff-hub-{self.account}")
         return await super().start()
 

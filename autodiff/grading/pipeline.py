@@ -25,16 +25,21 @@ from .folders import keep_copies
 # --- release ------------------------------------------------------------------------
 
 
-def release(root: Path) -> None:
+def release(root: Path, publish: bool = True) -> None:
     """Write the student version of every assignment into ``assignments/``, and
-    publish it to the exchange, where students fetch it."""
+    publish it to the exchange, where students fetch it (unless ``publish`` is False:
+    the student kit is built from the release, and publishing is the instructor's
+    decision, made with ``make release`` or the Formgrader's release button)."""
     for assignment in assignments(root):
         log = root / GRADING_DIR / "logs" / f"release-{assignment}.log"
         code, output = nbgrader(root, "generate_assignment", assignment, "--force", log=log)
         if code != 0:
             raise SystemExit(f"error: releasing {assignment} failed; see {log}\n{output[-2000:]}")
         print(f"released {assignment} -> assignments/{assignment}/")
-        exchange.publish(root, assignment)
+        if publish:
+            exchange.publish(root, assignment)
+    if not publish:
+        return
     # nbgrader makes missing folders but leaves the modes of existing ones alone
     exchange.stop_on_problems(root, "the assignments are published, but students cannot use them")
     note = exchange.unreachable(root)

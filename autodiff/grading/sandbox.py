@@ -68,6 +68,7 @@ class Limits:
     file_size_mb: int = 256  # largest file a notebook may write
     disk_mb: int = 512  # everything it writes in its folder (an in-memory folder that size)
     output_kb: int = 1024  # output a cell may send back to the grader
+    cores: float = 0  # CPU cores all its processes may use at once (a cgroup's); 0: no cap
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -215,9 +216,13 @@ def _python_paths() -> list[str]:
 
 
 def _sandbox_env() -> dict[str, str]:
+    import autodiff
+
     env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
     bin_folder = str(Path(sys.executable).parent)
     return env | {
+        # the autodiff package bound in (the grader's own), whichever way it was installed
+        "PYTHONPATH": str(Path(autodiff.__file__).parent.parent),
         "HOME": HOME,
         "PATH": f"{bin_folder}:/usr/local/bin:/usr/bin:/bin",
         "IPYTHONDIR": f"{HOME}/.ipython",
@@ -288,12 +293,18 @@ class Cgroup:
         return os.geteuid() == 0 and bool(cls._bases())
 
     @classmethod
-    def _bases(cls) -> list[Path]:
+    def _bases(cls, cores: bool = False) -> list[Path]:
+        """The hierarchies a cgroup is made in: pids and memory, and cpu for ``cores``
+        where it can be (v1 has one folder each; v2 one for all)."""
         if (cls.ROOT / "cgroup.controllers").exists():  # v2
             controllers = (cls.ROOT / "cgroup.controllers").read_text().split()
             return [cls.ROOT] if {"pids", "memory"} <= set(controllers) else []
         bases = [cls.ROOT / "pids", cls.ROOT / "memory"]  # v1
-        return bases if all(os.access(base, os.W_OK) for base in bases) else []
+        if not all(os.access(base, os.W_OK) for base in bases):
+            return []
+        if cores and os.access(cls.ROOT / "cpu", os.W_OK):
+            bases.append(cls.ROOT / "cpu")
+        return bases
 
     @classmethod
     def make(cls, limits: Limits, name: str = "") -> Cgroup | None:
@@ -304,7 +315,7 @@ class Cgroup:
         name = name or f"autodiff-grading-{uuid.uuid4().hex[:12]}"
         folders = []
         try:
-            for base in cls._bases():
+            for base in cls._bases(cores=limits.cores > 0):
                 folder = base / name
                 folder.mkdir(exist_ok=True)
                 folders.append(folder)
@@ -317,10 +328,15 @@ class Cgroup:
     @staticmethod
     def _write_limits(folder: Path, limits: Limits) -> None:
         memory = str(limits.memory_mb * 2**20)
+        period = 100_000  # microseconds; the quota is the CPU time allowed in each
+        quota = str(round(limits.cores * period)) if limits.cores > 0 else "max"
         settings = {
             "pids.max": str(limits.processes),
             "memory.max": memory,  # v2
             "memory.limit_in_bytes": memory,  # v1
+            "cpu.max": f"{quota} {period}",  # v2, where the cpu controller is on
+            "cpu.cfs_period_us": str(period),  # v1
+            "cpu.cfs_quota_us": quota if limits.cores > 0 else "-1",
         }
         for name, value in settings.items():
             if (folder / name).exists():
