@@ -178,10 +178,13 @@ def as_account(account: str, *command: str) -> subprocess.CompletedProcess:
 
 def test_a_student_gets_a_server_of_their_own(hub, browser):
     course, url, prefix = hub.course, hub.url, hub.prefix
+    began = time.monotonic()
     page = log_in(browser, url, "alice", "alice-first-password")
     page.wait_for_url("**/user/alice/lab**", timeout=180_000)
     page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
+    first_start = {"alice: first login to JupyterLab open s": round(time.monotonic() - began, 1)}
     shot(page, "alice-lab")
+    (ARTIFACTS / "first-start.json").write_text(json.dumps(first_start))  # for the note
     account = pwd.getpwnam(prefix + "alice")
     home = Path(account.pw_dir)
     assert home == course / "hub" / "home" / "alice"
@@ -312,6 +315,14 @@ def test_a_week_of_the_class_on_the_hub(hub, browser):
         }
         assert made_by == {student: hub.prefix + student for student in CLASS}
 
+        # carol, in a terminal of hers, submits a blank notebook under alice's id
+        kit = hub.course / "hub" / "home" / "carol" / "autodiff-student-kit"
+        nbgrader = hub.course / "hub" / "venv" / "bin" / "nbgrader"
+        as_alice = f"cd {kit} && {nbgrader} submit {ASSIGNMENT} --CourseDirectory.student_id=alice"
+        env = [f"HOME={kit.parent}", f"NBGRADER_EXCHANGE={exchange.parent}"]
+        spoofed = as_account(hub.prefix + "carol", "env", *env, "sh", "-c", as_alice)
+        assert spoofed.returncode == 0, spoofed.stderr.decode()
+
         with timer("prof: collect (Formgrader)"):
             prof.goto(f"{url}/services/formgrader/formgrader")
             prof.locator("tr", has_text=ASSIGNMENT).locator("td.collect a").click()
@@ -319,6 +330,9 @@ def test_a_week_of_the_class_on_the_hub(hub, browser):
         for student in CLASS:
             notebook = hub.course / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
             assert notebook.is_file(), f"{student}'s submission was not collected"
+        (report,) = (hub.course / "grading").glob(f"collect-{ASSIGNMENT}-*.csv")
+        refused = f"made by the account {hub.prefix}carol, not by {hub.prefix}alice"
+        assert refused in report.read_text(), report.read_text()
         autograde_each(prof, ASSIGNMENT, CLASS, timer)
         scores = scores_in_formgrader(prof, url)
         shot(prof, "week-2-formgrader-autograded")
