@@ -89,6 +89,7 @@ restore: $(VENV)/.installed-course
 
 # dist/autodiff-student-kit/ and its zip (deploy/student-kit/README.md): lectures, the
 # released assignments, the package; no solutions, no hidden tests, no instructor tools.
+# It publishes nothing: make release (or the Formgrader's release button) does.
 student-kit: $(VENV)/.installed-course
 	$(GRADE) kit
 
