@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import backend
+from .gradients import forward_pass, reverse_pass
 from .graph import (
     Constant,
     Node,
@@ -53,7 +54,7 @@ from .graph import (
     spec_of,
 )
 from .ops.elementwise import Elementwise, OnesLike, ZerosLike
-from .passes import PassReport, _check_outputs, _copy, count_nodes
+from .passes import PassReport, check_outputs, copy_node, count_nodes
 
 # The most ops in one kernel: longer runs are cut into several (compile time grows with
 # the kernel's length, and a run of thousands would gain nothing more).
@@ -244,17 +245,13 @@ class Fused(Op):
         return result
 
     def gradient(self, node: Node, output_grad: Node) -> list[Node | None]:
-        from .gradients import _reverse_pass  # gradients.py needs the Executor, which needs us
-
         steps = unfold(node)
-        return list(_reverse_pass(steps[-1], list(node.inputs), output_grad, order=steps))
+        return list(reverse_pass(steps[-1], list(node.inputs), output_grad, order=steps))
 
     def jvp(self, node: Node, *input_tangents: Node) -> Node | None:
-        from .gradients import _forward_pass
-
         steps = unfold(node)
         tangent = dict(zip(node.inputs, input_tangents, strict=True))
-        return _forward_pass(steps[-1], tangent, order=steps)
+        return forward_pass(steps[-1], tangent, order=steps)
 
     def infer(self, *inputs: Spec, **attrs: Any) -> Spec:
         def infer_one(op: Op, args: list, attrs: dict) -> Spec:
@@ -349,7 +346,7 @@ def fuse_elementwise(outputs: Node | Sequence[Node]) -> tuple[list[Node], Fusion
     A node joins the group of its consumers when it is fusible, is not an output, and
     every node that reads it is in that one group. Groups hold at most ``MAX_GROUP`` ops.
     """
-    outputs = _check_outputs("fuse_elementwise", outputs)
+    outputs = check_outputs("fuse_elementwise", outputs)
     topo_order = find_topo_sort(outputs)
     groups = _groups(topo_order, set(outputs))
     new: dict[Node, Node] = {}
@@ -365,7 +362,7 @@ def fuse_elementwise(outputs: Node | Sequence[Node]) -> tuple[list[Node], Fusion
                     report.fused_ops += len(members)
                 continue  # a member inside a group: no node of its own
             inputs = tuple(new[x] for x in node.inputs)
-            new[node] = node if inputs == node.inputs else _copy(node, inputs)
+            new[node] = node if inputs == node.inputs else copy_node(node, inputs)
     new_outputs = [new[node] for node in outputs]
     report.nodes_after = count_nodes(new_outputs)
     return new_outputs, report

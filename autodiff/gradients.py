@@ -23,9 +23,9 @@ from typing import Any
 
 from . import backend
 from .checkpoint import Recomputation, choose_checkpoints
-from .executor import fill_values
 from .graph import Constant, DTypeError, Node, as_node, deferred, find_topo_sort
 from .ops import ones_like, sum_to_like, zeros_like
+from .scheduling import fill_values
 
 
 @contextmanager
@@ -130,7 +130,7 @@ def _input_gradients(node: Node, output_grad: Node) -> list[Node | None]:
     return input_grads
 
 
-def _reverse_pass(
+def reverse_pass(
     output: Node,
     wrt: list[Node],
     output_grad: Node,
@@ -213,15 +213,17 @@ def gradients(
             recompute = None
             if checkpoint is not None:
                 recompute = Recomputation(choose_checkpoints(output, checkpoint))
-            grads = _reverse_pass(output, wrt, output_grad, recompute)
+            grads = reverse_pass(output, wrt, output_grad, recompute)
         if imperative:  # a placeholder the output does not need keeps a symbolic zeros_like
             fill_values([g for g, x in zip(grads, wrt, strict=True) if x.value is not None], built)
     return grads
 
 
-def _forward_pass(
+def forward_pass(
     output: Node, tangent: dict[Node, Node], order: Sequence[Node] | None = None
 ) -> Node:
+    """The tangent of ``output``, given the tangents of some nodes (``tangent``, which
+    collects the others). ``order``: as for ``reverse_pass``."""
     for node in find_topo_sort([output]) if order is None else order:
         if node in tangent or node.op.is_leaf:
             continue
@@ -252,7 +254,7 @@ def jvp_graph(output: Node, wrt: Sequence[Node], tangents: Sequence) -> Node:
     tangent = {x: as_node(t) for x, t in zip(wrt, tangents, strict=True)}
     imperative = output.value is not None and all(t.value is not None for t in tangent.values())
     with _collector_paused():
-        result = _forward_pass(output, tangent)
+        result = forward_pass(output, tangent)
         if imperative and result.value is None:
             # Tangent rules may read nodes of a gradient graph whose values were not kept.
             fill_values([result])

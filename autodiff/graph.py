@@ -76,6 +76,12 @@ def describe(value: Any) -> str:
     return f"{value.dtype}[{shape}] on {backend.device_of(value)}"
 
 
+# What Node's operators and methods call: x + y is OPERATORS["add"](x, y), ops.add.
+# The op functions are defined in ops/, which imports this module (never the other
+# way round), and fills this table when it is imported; ``import autodiff`` does that.
+OPERATORS: dict[str, Callable[..., Node]] = {}
+
+
 class Node:
     """One value in a computation graph: the output of ``op`` applied to ``inputs``.
 
@@ -138,63 +144,63 @@ class Node:
 
     # Operators: Python numbers mix freely (2 * x, x + 1, 1 / x, x ** 3).
     def __add__(self, other):
-        return ops.add(self, other)
+        return OPERATORS["add"](self, other)
 
     def __radd__(self, other):
-        return ops.add(other, self)
+        return OPERATORS["add"](other, self)
 
     def __sub__(self, other):
-        return ops.subtract(self, other)
+        return OPERATORS["subtract"](self, other)
 
     def __rsub__(self, other):
-        return ops.subtract(other, self)
+        return OPERATORS["subtract"](other, self)
 
     def __mul__(self, other):
-        return ops.multiply(self, other)
+        return OPERATORS["multiply"](self, other)
 
     def __rmul__(self, other):
-        return ops.multiply(other, self)
+        return OPERATORS["multiply"](other, self)
 
     def __truediv__(self, other):
-        return ops.divide(self, other)
+        return OPERATORS["divide"](self, other)
 
     def __rtruediv__(self, other):
-        return ops.divide(other, self)
+        return OPERATORS["divide"](other, self)
 
     def __pow__(self, other):
-        return ops.power(self, other)
+        return OPERATORS["power"](self, other)
 
     def __rpow__(self, other):
-        return ops.power(other, self)
+        return OPERATORS["power"](other, self)
 
     def __matmul__(self, other):
-        return ops.matmul(self, other)
+        return OPERATORS["matmul"](self, other)
 
     def __rmatmul__(self, other):
-        return ops.matmul(other, self)
+        return OPERATORS["matmul"](other, self)
 
     def __neg__(self):
-        return ops.negative(self)
+        return OPERATORS["negative"](self)
 
     def __pos__(self):
         return self
 
     # Methods named as in NumPy.
     def sum(self, axis=None, keepdims: bool = False) -> Node:
-        return ops.sum(self, axis=axis, keepdims=keepdims)
+        return OPERATORS["sum"](self, axis=axis, keepdims=keepdims)
 
     def mean(self, axis=None, keepdims: bool = False) -> Node:
-        return ops.mean(self, axis=axis, keepdims=keepdims)
+        return OPERATORS["mean"](self, axis=axis, keepdims=keepdims)
 
     def reshape(self, *shape) -> Node:
-        return ops.reshape(self, shape[0] if len(shape) == 1 else shape)
+        return OPERATORS["reshape"](self, shape[0] if len(shape) == 1 else shape)
 
     def transpose(self, *axes) -> Node:
-        return ops.transpose(self, axes if axes else None)
+        return OPERATORS["transpose"](self, axes if axes else None)
 
     @property
     def T(self) -> Node:
-        return ops.transpose(self)
+        return OPERATORS["transpose"](self)
 
 
 class Spec(NamedTuple):
@@ -479,4 +485,23 @@ def find_topo_sort(nodes: Iterable[Node], descend: Callable[[Node], bool] | None
     return topo_order
 
 
-from . import ops  # noqa: E402  (the operators above call the op functions)
+def levels(outputs: Node | Iterable[Node]) -> list[list[Node]]:
+    """The nodes grouped into levels: level 0 holds the leaves, and each node sits one
+    level above its highest input. The nodes of one level need only nodes of lower
+    levels, so they could all run at the same time (on different cores or streams).
+
+    >>> import autodiff as ad
+    >>> x, y = ad.Variable("x"), ad.Variable("y")
+    >>> [[n.name for n in level] for level in levels(ad.sin(x) * ad.cos(y))]
+    [['x', 'y'], ['sin', 'cos'], ['multiply']]
+    """
+    outputs = [outputs] if isinstance(outputs, Node) else list(outputs)
+    level: dict[Node, int] = {}
+    groups: list[list[Node]] = []
+    for node in find_topo_sort(outputs):
+        k = 1 + max((level[x] for x in node.inputs), default=-1)
+        level[node] = k
+        if k == len(groups):
+            groups.append([])
+        groups[k].append(node)
+    return groups

@@ -27,13 +27,14 @@ into steps that could run in parallel.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import backend
-from .executor import Executor
 from .graph import Node, ShapeError, Spec, find_topo_sort, spec_of
+from .graph import levels as levels  # lecture 5's ad.memory.levels; it lives with the graph
+from .scheduling import resolve_feeds
 
 Interval = tuple[int, int]  # (first step, last step), both included
 
@@ -429,7 +430,11 @@ def plan(outputs: Node | Sequence[Node], feed_dict: dict | None = None) -> Memor
     ('exp', 88000, 88000)
     """
     outputs = [outputs] if isinstance(outputs, Node) else list(outputs)
-    feeds = Executor(outputs)._feed_values(feed_dict or {})
+    for node in outputs:
+        if not isinstance(node, Node):
+            raise TypeError(f"plan takes Nodes, got {type(node).__name__}: {node!r}")
+    graph_leaves = [node for node in find_topo_sort(outputs) if node.op.is_leaf]
+    feeds = resolve_feeds(graph_leaves, feed_dict or {})
     order = program_order(find_topo_sort(outputs, descend=lambda n: n not in feeds))
     leaves = [node for node in order if node.op.is_leaf or node in feeds]
     is_leaf = set(leaves)
@@ -442,25 +447,3 @@ def plan(outputs: Node | Sequence[Node], feed_dict: dict | None = None) -> Memor
 
 
 # A parallel schedule --------------------------------------------------------------------
-
-
-def levels(outputs: Node | Iterable[Node]) -> list[list[Node]]:
-    """The nodes grouped into levels: level 0 holds the leaves, and each node sits one
-    level above its highest input. The nodes of one level need only nodes of lower
-    levels, so they could all run at the same time (on different cores or streams).
-
-    >>> import autodiff as ad
-    >>> x, y = ad.Variable("x"), ad.Variable("y")
-    >>> [[n.name for n in level] for level in levels(ad.sin(x) * ad.cos(y))]
-    [['x', 'y'], ['sin', 'cos'], ['multiply']]
-    """
-    outputs = [outputs] if isinstance(outputs, Node) else list(outputs)
-    level: dict[Node, int] = {}
-    groups: list[list[Node]] = []
-    for node in find_topo_sort(outputs):
-        k = 1 + max((level[x] for x in node.inputs), default=-1)
-        level[node] = k
-        if k == len(groups):
-            groups.append([])
-        groups[k].append(node)
-    return groups

@@ -117,7 +117,9 @@ def _html_table(rows: list[list[str]], columns: list[str]) -> str:
 # The one loop every pass shares ----------------------------------------------------------------
 
 
-def _check_outputs(pass_name: str, outputs: Any) -> list[Node]:
+def check_outputs(pass_name: str, outputs: Any) -> list[Node]:
+    """``outputs`` (a Node, or a list or tuple of them) as a list, or a TypeError that
+    names the pass: the first thing every graph rewrite does."""
     if isinstance(outputs, Node) or not isinstance(outputs, (list, tuple)):
         outputs = [outputs]
     for node in outputs:
@@ -135,19 +137,20 @@ def rewrite(pass_name: str, outputs: Any, rule: Rule) -> tuple[list[Node], PassR
     ``rule(node)`` sees a node whose inputs are already rewritten, and returns a node
     computing the same value, or None to keep it. A node whose inputs changed is copied.
     """
-    outputs = _check_outputs(pass_name, outputs)
+    outputs = check_outputs(pass_name, outputs)
     topo_order = find_topo_sort(outputs)
     new: dict[Node, Node] = {}
     with deferred():  # nodes made by rules stay symbolic, even when their inputs have values
         for node in topo_order:
             inputs = tuple(new[x] for x in node.inputs)
-            current = node if inputs == node.inputs else _copy(node, inputs)
+            current = node if inputs == node.inputs else copy_node(node, inputs)
             new[node] = rule(current) or current
     new_outputs = [new[node] for node in outputs]
     return new_outputs, PassReport(pass_name, len(topo_order), count_nodes(new_outputs))
 
 
-def _copy(node: Node, inputs: tuple[Node, ...]) -> Node:
+def copy_node(node: Node, inputs: tuple[Node, ...]) -> Node:
+    """``node``'s op, settings and name on new ``inputs``: a rewrite's copy."""
     return Node(node.op, inputs, dict(node.attrs), node.name)
 
 
@@ -180,7 +183,7 @@ def eliminate_dead_code(outputs: Node | Sequence[Node]) -> tuple[list[Node], Pas
         inputs = list(node.inputs)
         for i in node.op.shape_inputs:
             inputs[i] = _shape_source(inputs[i], signatures)
-        return None if tuple(inputs) == node.inputs else _copy(node, tuple(inputs))
+        return None if tuple(inputs) == node.inputs else copy_node(node, tuple(inputs))
 
     return rewrite("eliminate_dead_code", outputs, rule)
 
@@ -519,7 +522,7 @@ def optimize(
     >>> y.op.name, report.nodes_before, report.nodes_after
     ('sin', 10, 2)
     """
-    outputs = _check_outputs("optimize", outputs)
+    outputs = check_outputs("optimize", outputs)
     passes = DEFAULT_PASSES if passes is None else tuple(passes)
     report = OptimizeReport(count_nodes(outputs), count_nodes(outputs))
     while report.rounds < max_rounds:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from .symbolic import FUNCTIONS, Expr, Number, _bottom_up, _is_number, function, postorder
+from .algebra import FUNCTIONS, Expr, Number, bottom_up, function, is_number, postorder
 
 
 class _Keys:
@@ -89,7 +89,7 @@ def _factors(e: Expr, keys: _Keys) -> tuple[Any, dict[int, list]]:
             coefficient = folded
         else:
             base, exponent = node, _exact(sign)
-            if node.kind == "**" and _is_number(node.args[1]) and _is_finite(node.args[1].payload):
+            if node.kind == "**" and is_number(node.args[1]) and _is_finite(node.args[1].payload):
                 base, exponent = node.args[0], sign * _exact(node.args[1].payload)
             entry = factors.setdefault(keys(base), [base, 0])
             entry[1] += exponent
@@ -186,21 +186,21 @@ def _simplify_sum(node: Expr, keys: _Keys) -> Expr:
 
 
 def _simplify_power(base: Expr, exponent: Expr) -> Expr:
-    if _is_number(exponent):
+    if is_number(exponent):
         p = exponent.payload
         if p == 0:
             return Number(1)  # u**0 = 1 wherever u**0 is defined (0**0 = 1 in Python)
         if p == 1:
             return base
-        if _is_number(base) and (base.payload > 0 or (_is_integer(p) and base.payload != 0)):
+        if is_number(base) and (base.payload > 0 or (_is_integer(p) and base.payload != 0)):
             value = _fold(operator.pow, _exact(base.payload), _exact(p))
             if value is not None:
                 return _number(value)
-        if base.kind == "**" and _is_number(base.args[1]) and _is_integer(p):
+        if base.kind == "**" and is_number(base.args[1]) and _is_integer(p):
             exponent = _fold(operator.mul, _exact(base.args[1].payload), int(p))
             if exponent is not None:
                 return _power(base.args[0], exponent)
-    if _is_number(base, 1):
+    if is_number(base, 1):
         return Number(1)
     return base**exponent
 
@@ -208,7 +208,7 @@ def _simplify_power(base: Expr, exponent: Expr) -> Expr:
 def _simplify_function(name: str, arg: Expr) -> Expr:
     """Fold a function of a number when the result is an integer: exp(0) = 1.
     (``math`` raises where NumPy would warn: log(0) and exp(1000) are not folded.)"""
-    if _is_number(arg):
+    if is_number(arg):
         value = _fold(lambda a: getattr(math, name)(float(a)), arg.payload)
         if value is not None and _is_integer(value):
             return Number(int(value))
@@ -240,4 +240,4 @@ def simplify(expr: Any) -> Expr:
             return _simplify_product(rebuilt, keys)
         return _simplify_sum(rebuilt, keys)  # +, -, neg
 
-    return _bottom_up(expr, rule)
+    return bottom_up(expr, rule)

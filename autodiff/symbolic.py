@@ -25,202 +25,32 @@ each distinct object once, so even swollen trees are cheap to measure.
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 from . import backend, ops
+from .algebra import (  # the expression trees; symbolic's users find them here too
+    FUNCTIONS,
+    Expr,
+    Number,
+    Symbol,
+    as_expr,
+    bottom_up,
+    cos,
+    exp,
+    function,
+    is_number,
+    log,
+    postorder,
+    sin,
+    size,
+    tanh,
+    to_string,
+)
 from .gradients import gradients
 from .graph import Node, Variable, constant, find_topo_sort, tensor
-
-FUNCTIONS = ("sin", "cos", "exp", "log", "tanh")
-
-
-class Expr:
-    """A node of an expression tree: ``kind``, ``args`` (child expressions) and
-    ``payload`` (a number, a symbol's name, or a function's name)."""
-
-    __slots__ = ("kind", "args", "payload", "size")
-    __array_ufunc__ = None  # NumPy numbers defer to our reflected operators
-
-    def __init__(self, kind: str, args: tuple[Expr, ...] = (), payload: Any = None):
-        self.kind, self.args, self.payload = kind, args, payload
-        self.size: int = 1 + sum(arg.size for arg in args)  # nodes of the tree, copies counted
-
-    def __add__(self, other: Any) -> Expr:
-        return Expr("+", (self, as_expr(other)))
-
-    def __radd__(self, other: Any) -> Expr:
-        return Expr("+", (as_expr(other), self))
-
-    def __sub__(self, other: Any) -> Expr:
-        return Expr("-", (self, as_expr(other)))
-
-    def __rsub__(self, other: Any) -> Expr:
-        return Expr("-", (as_expr(other), self))
-
-    def __mul__(self, other: Any) -> Expr:
-        return Expr("*", (self, as_expr(other)))
-
-    def __rmul__(self, other: Any) -> Expr:
-        return Expr("*", (as_expr(other), self))
-
-    def __truediv__(self, other: Any) -> Expr:
-        return Expr("/", (self, as_expr(other)))
-
-    def __rtruediv__(self, other: Any) -> Expr:
-        return Expr("/", (as_expr(other), self))
-
-    def __pow__(self, other: Any) -> Expr:
-        return Expr("**", (self, as_expr(other)))
-
-    def __rpow__(self, other: Any) -> Expr:
-        return Expr("**", (as_expr(other), self))
-
-    def __neg__(self) -> Expr:
-        return Expr("neg", (self,))
-
-    def __repr__(self) -> str:
-        return to_string(self)
-
-    __str__ = __repr__
-
-
-def Symbol(name: str) -> Expr:  # noqa: N802  (reads like the class it stands for)
-    """A variable, named like a Python identifier."""
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"Symbol: the name must be an identifier such as 'x', got {name!r}.")
-    return Expr("symbol", (), name)
-
-
-def Number(value: Any) -> Expr:  # noqa: N802
-    """A constant: an int, a Fraction (kept exact) or a float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"Number: expected a real number, got {type(value).__name__}.")
-    if isinstance(value, Fraction) and value.denominator == 1:
-        value = int(value)
-    return Expr("number", (), value)
-
-
-def as_expr(x: Any) -> Expr:
-    """An Expr for an Expr or a Python number; anything else is refused."""
-    if isinstance(x, Expr):
-        return x
-    if isinstance(x, numbers.Real) and not isinstance(x, bool):
-        return Number(x if isinstance(x, int | Fraction) else float(x))
-    raise TypeError(
-        f"symbolic: cannot use a {type(x).__name__} in an expression; use Symbol('x'), "
-        f"numbers, and the functions {', '.join(FUNCTIONS)} from autodiff.symbolic."
-    )
-
-
-def function(name: str, arg: Any) -> Expr:
-    """``name(arg)`` for one of ``FUNCTIONS``; other names are refused."""
-    if name not in FUNCTIONS:
-        raise ValueError(
-            f"symbolic: unknown function {name!r}; the known ones are {', '.join(FUNCTIONS)}."
-        )
-    return Expr(name, (as_expr(arg),))
-
-
-def sin(x: Any) -> Expr:
-    """sin(x) as an expression; x is an Expr or a number.
-
-    ``diff`` uses the chain rule sin(u)' = cos(u) u'.
-
-    Examples
-    --------
-    >>> diff(sin(Symbol("x")), Symbol("x"))
-    cos(x)*1
-    """
-    return function("sin", x)
-
-
-def cos(x: Any) -> Expr:
-    """cos(x) as an expression; x is an Expr or a number.
-
-    ``diff`` uses the chain rule cos(u)' = -sin(u) u'.
-
-    Examples
-    --------
-    >>> diff(cos(Symbol("x")), Symbol("x"))
-    -sin(x)*1
-    """
-    return function("cos", x)
-
-
-def exp(x: Any) -> Expr:
-    """exp(x) as an expression; x is an Expr or a number.
-
-    ``diff`` uses the chain rule exp(u)' = exp(u) u'.
-
-    Examples
-    --------
-    >>> diff(exp(Symbol("x")), Symbol("x"))
-    exp(x)*1
-    """
-    return function("exp", x)
-
-
-def log(x: Any) -> Expr:
-    """log(x) as an expression; x is an Expr or a number.
-
-    ``diff`` uses the chain rule log(u)' = u' / u.
-
-    Examples
-    --------
-    >>> diff(log(Symbol("x")), Symbol("x"))
-    1/x*1
-    """
-    return function("log", x)
-
-
-def tanh(x: Any) -> Expr:
-    """tanh(x) as an expression; x is an Expr or a number.
-
-    ``diff`` uses the chain rule tanh(u)' = (1 - tanh(u)**2) u'.
-
-    Examples
-    --------
-    >>> diff(tanh(Symbol("x")), Symbol("x"))
-    (1 - tanh(x)**2)*1
-    """
-    return function("tanh", x)
-
-
-def size(expr: Any) -> int:
-    """The number of nodes of the expression tree (a subexpression used twice counts twice).
-
-    >>> size(Symbol("x") * 2 + 1)
-    5
-    """
-    return as_expr(expr).size
-
-
-def postorder(expr: Expr, skip: Callable[[Expr], bool] | None = None) -> Iterator[Expr]:
-    """Each distinct node once, children before parents, without recursion. Nodes for
-    which ``skip(node)`` is true are left out, with everything below them."""
-    seen: set[int] = set()
-    stack: list[tuple[Expr, bool]] = [(expr, False)]
-    while stack:
-        node, children_done = stack.pop()
-        if children_done:
-            yield node
-        elif id(node) not in seen and not (skip and skip(node)):
-            seen.add(id(node))
-            stack.append((node, True))
-            stack.extend((arg, False) for arg in reversed(node.args))
-
-
-def _bottom_up(expr: Any, rule: Callable[[Expr, list], Any]) -> Any:
-    """Apply ``rule(node, results_of_its_args)`` from the leaves up; the root's result."""
-    expr = as_expr(expr)
-    results: dict[int, Any] = {}
-    for node in postorder(expr):
-        results[id(node)] = rule(node, [results[id(arg)] for arg in node.args])
-    return results[id(expr)]
-
+from .simplification import simplify
 
 # -- differentiation: the textbook rules ---------------------------------------------------
 
@@ -238,14 +68,10 @@ def _derivative_of_function(name: str, u: Expr) -> Expr:
     return 1 - tanh(u) ** 2  # tanh
 
 
-def _is_number(e: Expr, value: Any = None) -> bool:
-    return e.kind == "number" and (value is None or e.payload == value)
-
-
 def _power_rule(u: Expr, n: Expr, du: Expr) -> Expr:
     """(u**n)' = n u**(n-1) u', where n does not depend on the variable. It needs no
     log u, so it holds for u < 0 too; u**0 = 1 is a constant, with derivative 0."""
-    if _is_number(n, 0):
+    if is_number(n, 0):
         return Number(0)
     n_minus_1 = Number(n.payload - 1) if n.kind == "number" else n - 1
     return n * u**n_minus_1 * du
@@ -295,7 +121,7 @@ def diff(expr: Any, var: Expr) -> Expr:
             return _power_rule(u, v, du)
         return u**v * (dv * log(u) + v * du / u)  # u**v = exp(v log u)
 
-    return _bottom_up(expr, rule)
+    return bottom_up(expr, rule)
 
 
 # -- evaluation, printing, and the engine's graph ------------------------------------------
@@ -336,7 +162,7 @@ def evaluate(expr: Any, env: dict[str, Any]) -> Any:
             return Fraction(value) if exact else backend.asarray(value, dtype="float64")
         return _apply(node.kind, a)
 
-    value = _bottom_up(expr, rule)
+    value = bottom_up(expr, rule)
     if isinstance(value, Fraction) and value.denominator == 1:
         return int(value)
     return value[()] if getattr(value, "ndim", None) == 0 else value
@@ -359,65 +185,6 @@ def _apply(kind: str, args: list) -> Any:
         arg = float(args[0]) if isinstance(args[0], Fraction) else args[0]
         return getattr(backend.namespace(arg), kind)(arg)
     return _ARITHMETIC[kind](*args)
-
-
-# Binding strength for printing: higher binds tighter.
-_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "**": 4}
-
-
-def _precedence(node: Expr) -> int:
-    if node.kind == "number":
-        value = node.payload
-        if isinstance(value, Fraction):
-            return 2  # 1/3 and -1/3 print like a division
-        return 3 if value < 0 else 5  # -2 prints like a negation
-    return _PRECEDENCE.get(node.kind, 5)  # symbols and function calls never need brackets
-
-
-def to_string(expr: Any) -> str:
-    """Readable text, with only the brackets the operator precedence needs.
-
-    The text is written left to right from a stack of pieces, not built bottom-up, so a
-    deep chain takes memory in proportion to its text, not to the square of it.
-
-    >>> x = Symbol("x")
-    >>> to_string((x + 1) * x ** (x - 1))
-    '(x + 1)*x**(x - 1)'
-    """
-    pieces: list[str] = []
-    stack: list[str | Expr] = [as_expr(expr)]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            pieces.append(item)
-        else:
-            stack.extend(reversed(_layout(item)))
-    return "".join(pieces)
-
-
-def _layout(node: Expr) -> list[str | Expr]:
-    """node as text pieces around its children, brackets included."""
-    if node.kind in ("number", "symbol"):
-        return [str(node.payload)]
-    if node.kind in FUNCTIONS:
-        return [f"{node.kind}(", node.args[0], ")"]
-    operands = [
-        ["(", arg, ")"] if _needs_brackets(node, i, arg) else [arg]
-        for i, arg in enumerate(node.args)
-    ]
-    if node.kind == "neg":
-        return ["-", *operands[0]]
-    spaced = f" {node.kind} " if node.kind in "+-" else node.kind
-    return [*operands[0], spaced, *operands[1]]
-
-
-def _needs_brackets(node: Expr, i: int, arg: Expr) -> bool:
-    """Does operand i of node need brackets? Where it binds less tightly, or as tightly:
-    a - (b - c), a / (b * c) on the right of - and /; (a**b)**c on the left of **,
-    because ** groups to the right."""
-    mine, theirs = _PRECEDENCE[node.kind], _precedence(arg)
-    tie_needs = (i == 1 and node.kind in "-/") or (i == 0 and node.kind == "**")
-    return theirs < mine or (theirs == mine and tie_needs)
 
 
 def to_graph(expr: Any, variables: dict[str, Any] | None = None) -> Node:
@@ -455,7 +222,7 @@ def to_graph(expr: Any, variables: dict[str, Any] | None = None) -> Node:
             return getattr(ops, node.kind)(*operands)
         return _ARITHMETIC[node.kind](*operands)
 
-    result = _bottom_up(expr, rule)
+    result = bottom_up(expr, rule)
     return result if isinstance(result, Node) else constant(float(result))
 
 
@@ -518,5 +285,26 @@ def swell_series(n_max: int = 10) -> dict[str, list[int]]:
     return series
 
 
-# The simplifier builds on the expressions above, so it is imported last.
-from .simplification import simplify  # noqa: E402
+__all__ = [
+    "Expr",
+    "FUNCTIONS",
+    "MissingSymbolError",
+    "Number",
+    "Symbol",
+    "as_expr",
+    "cos",
+    "diff",
+    "evaluate",
+    "exp",
+    "function",
+    "log",
+    "logistic_map",
+    "postorder",
+    "simplify",
+    "sin",
+    "size",
+    "swell_series",
+    "tanh",
+    "to_graph",
+    "to_string",
+]

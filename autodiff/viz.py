@@ -33,8 +33,7 @@ import graphviz
 
 from . import backend, renderer
 from .gradients import AdjointStep, gradients, recording_steps
-from .graph import Constant, Node, find_topo_sort
-from .memory import levels
+from .graph import Constant, Node, find_topo_sort, levels
 
 INK = "#334155"  # forward graph
 GRADIENT = "#c2410c"  # gradient graph: nodes, edges and text

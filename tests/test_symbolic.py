@@ -12,7 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import autodiff as ad
-from autodiff import numerical, simplification, symbolic
+from autodiff import algebra, numerical, simplification, symbolic
 from autodiff.symbolic import Symbol, cos, diff, evaluate, exp, log, simplify, sin, size, tanh
 from strategies import expressions
 
@@ -299,7 +299,7 @@ def _sum_of_big_terms(n):
 
 
 def test_simplify_walks_each_subtree_once_not_once_per_use(monkeypatch):
-    walk = symbolic.postorder
+    walk = algebra.postorder  # the walk under bottom_up, which simplify uses
     visits = []
 
     def counting_postorder(expr, skip=None):
@@ -307,7 +307,7 @@ def test_simplify_walks_each_subtree_once_not_once_per_use(monkeypatch):
             visits.append(node)
             yield node
 
-    monkeypatch.setattr(symbolic, "postorder", counting_postorder)
+    monkeypatch.setattr(algebra, "postorder", counting_postorder)
     counts = []
     for n in (40, 80):
         visits.clear()

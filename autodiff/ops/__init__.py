@@ -1,8 +1,10 @@
 """The primitive ops, by family. Each op's forward, gradient and tangent rule live in one class.
 
-Importing this package fills ``Op.registry`` (every op class registers itself).
+Importing this package fills ``Op.registry`` (every op class registers itself) and the
+table of Node's operators (``graph.OPERATORS``: ``x + y`` calls ``add``).
 """
 
+from ..graph import OPERATORS
 from .elementwise import (
     add,
     cos,
@@ -33,6 +35,20 @@ from .shape import (
     reshape_like,
     sum_to_like,
     transpose,
+)
+
+OPERATORS.update(
+    add=add,
+    subtract=subtract,
+    multiply=multiply,
+    divide=divide,
+    power=power,
+    matmul=matmul,
+    negative=negative,
+    sum=sum,
+    mean=mean,
+    reshape=reshape,
+    transpose=transpose,
 )
 
 __all__ = [

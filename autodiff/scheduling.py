@@ -1,0 +1,152 @@
+"""Scheduling: the order in which a graph's nodes are computed, and computing them.
+
+``schedule`` turns a topological order into steps (the node, the slots of its inputs,
+the slots nobody needs afterwards); ``run_schedule`` walks them. The Executor, the
+gradient builder (``fill_values``, for graphs built with ``deferred()``) and the memory
+planner all use these, and ``resolve_feeds`` turns a feed dict (nodes or names to
+arrays) into checked values for a graph's leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import backend
+from .graph import Constant, Node, Placeholder, ShapeError, find_topo_sort
+
+Step = tuple[Node, list[int], list[int]]  # node, input slots, slots to free after it
+
+
+def schedule(topo_order: Sequence[Node], keep: set[Node]) -> tuple[list[Step], dict]:
+    """The steps for ``topo_order``, freeing every value not in ``keep`` after its last use.
+
+    A node whose inputs are not in ``topo_order`` (it is fed, or already has a value) is
+    never computed, so it gets no input slots.
+    """
+    slot = {node: i for i, node in enumerate(topo_order)}
+    last_use: dict[Node, int] = {}
+    for step, node in enumerate(topo_order):
+        for x in node.inputs:
+            if x in slot:
+                last_use[x] = step
+    frees: list[list[int]] = [[] for _ in topo_order]
+    for x, step in last_use.items():
+        if x not in keep:
+            frees[step].append(slot[x])
+    steps = []
+    for i, node in enumerate(topo_order):
+        input_slots = [slot[x] for x in node.inputs if x in slot]
+        steps.append((node, input_slots, frees[i]))
+    return steps, slot
+
+
+def run_schedule(steps: Sequence[Step], values: list) -> list:
+    """Compute every slot of ``values`` that is still None, in schedule order."""
+    for i, (node, input_slots, frees) in enumerate(steps):
+        if values[i] is None:
+            if node.op.is_leaf:
+                values[i] = _leaf_value(node, steps)
+            else:
+                values[i] = node.op.run([values[j] for j in input_slots], node.attrs)
+        for j in frees:
+            values[j] = None
+    return values
+
+
+def _leaf_value(node: Node, steps: Sequence[Step]) -> Any:
+    if node.value is None:
+        names = sorted({n.name for n, _, _ in steps if isinstance(n.op, Placeholder)})
+        raise ValueError(
+            f"Placeholder '{node.name}' has no value. Put it in the feed: "
+            f"ad.evaluate(output, {{{node.name}: array}}) or "
+            f"Executor(outputs).run({{{node.name}: array}}). Placeholders here: {names}."
+        )
+    return node.value
+
+
+def fill_values(nodes: Sequence[Node], built: Sequence[Node] = ()) -> None:
+    """Compute the missing values of ``nodes`` from the values already in the graph.
+
+    Used after building a gradient graph with ``deferred()``: only nodes that the
+    results need are computed, and intermediate values are freed as soon as possible.
+    ``built`` (the nodes ``deferred()`` recorded, a topological order) saves a sort.
+    """
+    if built and _fill_from_built(nodes, built):
+        return
+    topo_order = find_topo_sort(nodes, descend=lambda n: n.value is None)
+    steps, slot = schedule(topo_order, set(nodes))
+    values = run_schedule(steps, [n.value for n in topo_order])
+    for node in nodes:
+        node.value = values[slot[node]]
+
+
+def _fill_from_built(nodes: Sequence[Node], built: Sequence[Node]) -> bool:
+    """``fill_values`` in the creation order of ``built``; False if that is not enough."""
+    built_set = set(built)
+    needed = set(nodes)
+    for node in reversed(built):
+        if node in needed:
+            for x in node.inputs:
+                if x.value is None:
+                    if x not in built_set:
+                        return False  # a symbolic node from elsewhere: sort properly
+                    needed.add(x)
+    order = [node for node in built if node in needed]
+    steps, _ = schedule(order, set(nodes))
+    for node, _, frees in steps:
+        node.value = node.op.run([x.value for x in node.inputs], node.attrs)
+        for j in frees:
+            order[j].value = None  # an intermediate adjoint: free it
+    return True
+
+
+def resolve_feeds(leaves: Sequence[Node], feed_dict: dict) -> dict[Node, Any]:
+    """``feed_dict``'s keys (nodes, or the names of ``leaves``) resolved to nodes, and
+    its values to arrays checked against each placeholder's declared dtype and shape."""
+    by_name: dict[str, list[Node]] = {}
+    for node in leaves:
+        if not isinstance(node.op, Constant):
+            by_name.setdefault(node.name, []).append(node)
+    return {
+        _resolve(key, by_name): _check_feed(key, data, by_name) for key, data in feed_dict.items()
+    }
+
+
+def _resolve(key, by_name: dict[str, list[Node]]) -> Node:
+    if isinstance(key, Node):
+        return key
+    if isinstance(key, str):
+        found = by_name.get(key, [])
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise KeyError(
+                f"feed_dict names '{key}', but the graph has no leaf of that name. "
+                f"Leaves: {sorted(by_name)}."
+            )
+        raise KeyError(
+            f"feed_dict names '{key}', but {len(found)} leaves have that name: "
+            f"use the node itself as the key."
+        )
+    raise TypeError(f"feed_dict keys must be Nodes or names, got {type(key).__name__}.")
+
+
+def _check_feed(key, data, by_name) -> Any:
+    """The array fed for a node, in its declared dtype, checked against its shape."""
+    node = _resolve(key, by_name)
+    if not isinstance(node.op, Placeholder):
+        return data if backend.is_weak_scalar(data) else backend.asarray(data)
+    value = backend.asarray(data, dtype=node.attrs.get("dtype"))
+    declared = node.attrs.get("shape")
+    if declared is not None:
+        fits = len(declared) == value.ndim and all(
+            d is None or d == s for d, s in zip(declared, value.shape, strict=True)
+        )
+        if not fits:
+            raise ShapeError(
+                f"Placeholder '{node.name}' was declared with shape {declared} but was fed "
+                f"an array of shape {tuple(value.shape)}. Feed a matching array, or declare "
+                f"the placeholder with None for dimensions that vary."
+            )
+    return value

@@ -1,0 +1,197 @@
+"""The package reads one way down: no import cycle, no import of another module's
+private names, and a line budget for the core (README.md, "The core's line budget").
+
+The imports are read from the source with ``ast`` (every import statement, also those
+inside functions: a lazy import is still a dependency), not by importing anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "autodiff"
+README = ROOT / "README.md"
+
+
+def module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    return {module_name(path, package): path for path in sorted(package.rglob("*.py"))}
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, str, int]]:
+    """(module imported, name taken from it or "", line) for each import of the package."""
+    found = []
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, "", node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base if is_package else base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                if submodule in known:  # from . import ops: the module itself
+                    found.append((submodule, "", node.lineno))
+                else:
+                    found.append((source, alias.name, node.lineno))
+    return [item for item in found if item[0] in known]
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    known = modules(package)
+    return {
+        name: {target for target, _, _ in imports(name, path, known) if target != name}
+        for name, path in known.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (as a path back to its start) per strongly connected group of modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+    for start in sorted(graph):  # Tarjan's algorithm, iteratively
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    break
+                if target in stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        groups.append(group)
+    return [_cycle_in(set(group), graph) for group in groups]
+
+
+def _cycle_in(group: set[str], graph: dict[str, set[str]]) -> list[str]:
+    """A path a -> b -> ... -> a through the modules of one strongly connected group."""
+    start = min(group)
+    path, seen = [start], {start}
+    while True:
+        targets = sorted(graph[path[-1]] & group)
+        if start in targets and len(path) > 1:
+            return [*path, start]
+        fresh = [t for t in targets if t not in seen]
+        nxt = fresh[0] if fresh else targets[0]
+        if nxt in seen:  # closes a smaller loop: report that one
+            return [*path[path.index(nxt) :], nxt]
+        path.append(nxt)
+        seen.add(nxt)
+
+
+def private_imports(package: Path = PACKAGE) -> list[str]:
+    known = modules(package)
+    found = []
+    for name, path in known.items():
+        for source, taken, line in imports(name, path, known):
+            if taken.startswith("_") and not taken.startswith("__") and source != name:
+                where = path.relative_to(package.parent)
+                found.append(f"{where}:{line} imports {taken} from {source}")
+    return found
+
+
+def test_the_package_has_no_import_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = private_imports()
+    assert not found, "\n".join(found)
+
+
+def _write(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = folder / "autodiff" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return folder / "autodiff"
+
+
+def test_the_checks_find_a_planted_cycle_and_a_private_import(tmp_path):
+    package = _write(
+        tmp_path,
+        {
+            "__init__.py": "from . import a\n",
+            "a.py": "from .b import thing\n",
+            "b.py": "def thing():\n    from .c import _secret\n",
+            "c.py": "import autodiff.a\n_secret = 1\n",
+            "d.py": "from . import a, b\n",
+        },
+    )
+    assert cycles(import_graph(package)) == [
+        ["autodiff.a", "autodiff.b", "autodiff.c", "autodiff.a"]
+    ]
+    assert private_imports(package) == ["autodiff/b.py:2 imports _secret from autodiff.c"]
+
+
+# --- the core's line budget ---------------------------------------------------------
+
+CORE = ("graph.py", "ops/", "gradients.py", "scheduling.py", "executor.py", "backend.py")
+
+
+def budget() -> dict[str, int]:
+    """README's table: | `graph.py` | 500 | ... (the core's files and their budgets)."""
+    section = README.read_text().split("### The core's line budget", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| (\d+) \|", section, flags=re.MULTILINE)
+    return {name: int(lines) for name, lines in rows}
+
+
+def lines_of(name: str) -> int:
+    paths = sorted((PACKAGE / name).rglob("*.py")) if name.endswith("/") else [PACKAGE / name]
+    return sum(len(path.read_text().splitlines()) for path in paths)
+
+
+def test_the_core_keeps_its_line_budget():
+    allowed = budget()
+    assert sorted(allowed) == sorted(CORE), f"README's budget names {sorted(allowed)}"
+    counts = {name: lines_of(name) for name in CORE}
+    width = max(map(len, CORE))
+    print("\nthe core's lines (budget in README.md):")
+    for name in CORE:
+        print(f"  {name:<{width}} {counts[name]:>5} / {allowed[name]}")
+    print(f"  {'total':<{width}} {sum(counts.values()):>5} / {sum(allowed.values())}")
+    over = [f"{n}: {counts[n]} lines, budget {allowed[n]}" for n in CORE if counts[n] > allowed[n]]
+    assert not over, (
+        "the core grew past its budget: " + "; ".join(over) + ". Make it smaller, or raise "
+        "the budget in README.md (The core's line budget) and say why in the commit."
+    )
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_each_core_file_exists(name):
+    assert lines_of(name) > 0, f"{name} is in the budget but not in the package"
