@@ -15,7 +15,6 @@ them too.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
@@ -244,9 +243,9 @@ class Op:
       the second passes symbols for unknown lengths, shapes and dtypes, so rules
       combine shapes with the helpers of static_shapes.py (``broadcast_shapes``...).
 
-    ``compute`` may take an ``out=`` buffer to write its result into (memory.py plans
-    these buffers); ``in_place = True`` says the output may overwrite an input of its
-    shape, as elementwise ops can.
+    ``compute_into(out, *input_vals, **attrs)``, where an op has it, writes the result
+    into the array ``out`` (memory.py plans these buffers); ``in_place = True`` says
+    the output may overwrite an input of its shape, as elementwise ops can.
 
     Defining a subclass registers it in ``Op.registry``, which the test suite loops
     over: an op without a passing gradient check fails CI.
@@ -265,7 +264,7 @@ class Op:
     # Positions that may hold integers (class labels); integers are never differentiated.
     integer_inputs: ClassVar[tuple[int, ...]] = ()
     # Memory planning (memory.py). in_place: the output may overwrite an input of its
-    # shape. takes_out: ``compute`` has an ``out=`` parameter (read from its signature).
+    # shape. takes_out: the op has a ``compute_into`` (a family may decide per op).
     in_place: ClassVar[bool] = False
     takes_out: ClassVar[bool] = False
 
@@ -273,7 +272,7 @@ class Op:
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = cls.__name__.lower()
-        cls.takes_out = "out" in inspect.signature(cls.compute).parameters
+        cls.takes_out = cls.compute_into is not Op.compute_into
         if register:
             Op.registry[cls.name] = cls
         cls._instance = cls()
@@ -305,7 +304,7 @@ class Op:
                 break
         try:
             if out is not None:
-                return self.compute(*input_vals, out=out, **attrs)
+                return self.compute_into(out, *input_vals, **attrs)
             return self.compute(*input_vals, **attrs)
         except Exception as exc:
             if isinstance(exc, (ShapeError, DTypeError, DeviceError)) or str(exc).startswith(
@@ -355,6 +354,9 @@ class Op:
 
     def compute(self, *input_vals, **attrs):
         raise NotImplementedError(f"{type(self).__name__}.compute")
+
+    def compute_into(self, out, *input_vals, **attrs):
+        raise NotImplementedError(f"{type(self).__name__} cannot write into a given array")
 
     def gradient(self, node: Node, output_grad: Node) -> list[Node | None]:
         raise NotImplementedError(f"{type(self).__name__}.gradient")

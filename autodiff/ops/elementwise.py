@@ -5,12 +5,15 @@ Each class holds the forward computation, the gradient rule (vector-Jacobian pro
 a dot marks a tangent). Binary ops broadcast like NumPy; the engine sums their
 gradients back to each input's shape, so the rules here never mention broadcasting.
 
-Most ``compute`` methods take an optional ``out=`` array to write into, so that a
-memory plan (memory.py) can reuse buffers, or overwrite an input that is no longer
+An op whose ``ufunc`` names the array library's function (``"multiply"``) can also
+write its result into a given array (``compute_into``, once for the family), so that
+a memory plan (memory.py) can reuse buffers, or overwrite an input that is no longer
 needed: elementwise ops may work in place.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from ..backend import is_weak_scalar, namespace
 from ..graph import Node, Op, Spec
@@ -26,6 +29,16 @@ class Elementwise(Op, register=False):
     """
 
     in_place = True
+    # The array library's function computing the op (np.multiply, cupy.multiply): with
+    # it, compute_into writes the result into a given array. None: the op cannot.
+    ufunc: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.takes_out = cls.ufunc is not None or "compute_into" in cls.__dict__
+
+    def compute_into(self, out, *inputs):
+        return getattr(namespace(*inputs), self.ufunc)(*inputs, out=out)
 
     def infer(self, *inputs: Spec, **attrs) -> Spec:
         shape = broadcast_shapes(*(x.shape for x in inputs))
@@ -36,9 +49,10 @@ class Add(Elementwise):
     """Y = A + B;   dA = dY,  dB = dY;   Y' = A' + B'."""
 
     broadcasts = True
+    ufunc = "add"
 
-    def compute(self, a, b, out=None):
-        return a + b if out is None else namespace(a, b).add(a, b, out=out)
+    def compute(self, a, b):
+        return a + b
 
     def gradient(self, node, output_grad):
         return [output_grad, output_grad]
@@ -47,13 +61,19 @@ class Add(Elementwise):
         return a_dot + b_dot
 
 
+def add(a, b) -> Node:
+    """a + b, broadcasting. >>> add(1.0, 2.0).value -> 3.0"""
+    return Add.apply(a, b)
+
+
 class Subtract(Elementwise):
     """Y = A - B;   dA = dY,  dB = -dY;   Y' = A' - B'."""
 
     broadcasts = True
+    ufunc = "subtract"
 
-    def compute(self, a, b, out=None):
-        return a - b if out is None else namespace(a, b).subtract(a, b, out=out)
+    def compute(self, a, b):
+        return a - b
 
     def gradient(self, node, output_grad):
         return [output_grad, -output_grad]
@@ -62,13 +82,19 @@ class Subtract(Elementwise):
         return a_dot - b_dot
 
 
+def subtract(a, b) -> Node:
+    """a - b, broadcasting."""
+    return Subtract.apply(a, b)
+
+
 class Multiply(Elementwise):
     """Y = A * B;   dA = dY * B,  dB = dY * A;   Y' = A' * B + A * B'."""
 
     broadcasts = True
+    ufunc = "multiply"
 
-    def compute(self, a, b, out=None):
-        return a * b if out is None else namespace(a, b).multiply(a, b, out=out)
+    def compute(self, a, b):
+        return a * b
 
     def gradient(self, node, output_grad):
         a, b = node.inputs
@@ -79,13 +105,19 @@ class Multiply(Elementwise):
         return a_dot * b + a * b_dot
 
 
+def multiply(a, b) -> Node:
+    """a * b, broadcasting."""
+    return Multiply.apply(a, b)
+
+
 class Divide(Elementwise):
     """Y = A / B;   dA = dY / B,  dB = -dY * Y / B;   Y' = (A' - Y * B') / B."""
 
     broadcasts = True
+    ufunc = "divide"
 
-    def compute(self, a, b, out=None):
-        return a / b if out is None else namespace(a, b).divide(a, b, out=out)
+    def compute(self, a, b):
+        return a / b
 
     def gradient(self, node, output_grad):
         a, b = node.inputs
@@ -96,13 +128,19 @@ class Divide(Elementwise):
         return (a_dot - node * b_dot) / b
 
 
+def divide(a, b) -> Node:
+    """a / b, broadcasting."""
+    return Divide.apply(a, b)
+
+
 class Power(Elementwise):
     """Y = A ** B (B an array, A > 0);   dA = dY * B * A**(B-1),  dB = dY * log(A) * Y."""
 
     broadcasts = True
+    ufunc = "power"
 
-    def compute(self, a, b, out=None):
-        return a**b if out is None else namespace(a, b).power(a, b, out=out)
+    def compute(self, a, b):
+        return a**b
 
     def gradient(self, node, output_grad):
         a, b = node.inputs
@@ -134,11 +172,20 @@ class PowerScalar(Elementwise):
         return None if p == 0 else x_dot * p * x ** (p - 1)
 
 
+def power(a, b) -> Node:
+    """a ** b. A Python-number exponent (``x ** 3``) uses the simpler rule of PowerScalar."""
+    if is_weak_scalar(b):
+        return PowerScalar.apply(a, exponent=b)
+    return Power.apply(a, b)
+
+
 class Negative(Elementwise):
     """Y = -X;   dX = -dY;   Y' = -X'."""
 
-    def compute(self, x, out=None):
-        return -x if out is None else namespace(x).negative(x, out=out)
+    ufunc = "negative"
+
+    def compute(self, x):
+        return -x
 
     def gradient(self, node, output_grad):
         return [-output_grad]
@@ -147,11 +194,18 @@ class Negative(Elementwise):
         return -x_dot
 
 
+def negative(x) -> Node:
+    """-x."""
+    return Negative.apply(x)
+
+
 class Exp(Elementwise):
     """Y = exp(X);   dX = dY * Y;   Y' = Y * X'."""
 
-    def compute(self, x, out=None):
-        return namespace(x).exp(x, out=out)
+    ufunc = "exp"
+
+    def compute(self, x):
+        return namespace(x).exp(x)
 
     def gradient(self, node, output_grad):
         return [output_grad * node]
@@ -160,11 +214,18 @@ class Exp(Elementwise):
         return x_dot * node
 
 
+def exp(x) -> Node:
+    """e ** x, elementwise."""
+    return Exp.apply(x)
+
+
 class Log(Elementwise):
     """Y = log(X);   dX = dY / X;   Y' = X' / X."""
 
-    def compute(self, x, out=None):
-        return namespace(x).log(x, out=out)
+    ufunc = "log"
+
+    def compute(self, x):
+        return namespace(x).log(x)
 
     def gradient(self, node, output_grad):
         return [output_grad / node.inputs[0]]
@@ -173,11 +234,18 @@ class Log(Elementwise):
         return x_dot / node.inputs[0]
 
 
+def log(x) -> Node:
+    """Natural logarithm, elementwise."""
+    return Log.apply(x)
+
+
 class Sin(Elementwise):
     """Y = sin(X);   dX = dY * cos(X);   Y' = cos(X) * X'."""
 
-    def compute(self, x, out=None):
-        return namespace(x).sin(x, out=out)
+    ufunc = "sin"
+
+    def compute(self, x):
+        return namespace(x).sin(x)
 
     def gradient(self, node, output_grad):
         return [output_grad * cos(node.inputs[0])]
@@ -186,11 +254,18 @@ class Sin(Elementwise):
         return x_dot * cos(node.inputs[0])
 
 
+def sin(x) -> Node:
+    """Sine, elementwise."""
+    return Sin.apply(x)
+
+
 class Cos(Elementwise):
     """Y = cos(X);   dX = -dY * sin(X);   Y' = -sin(X) * X'."""
 
-    def compute(self, x, out=None):
-        return namespace(x).cos(x, out=out)
+    ufunc = "cos"
+
+    def compute(self, x):
+        return namespace(x).cos(x)
 
     def gradient(self, node, output_grad):
         return [-output_grad * sin(node.inputs[0])]
@@ -199,17 +274,29 @@ class Cos(Elementwise):
         return -x_dot * sin(node.inputs[0])
 
 
+def cos(x) -> Node:
+    """Cosine, elementwise."""
+    return Cos.apply(x)
+
+
 class Tanh(Elementwise):
     """Y = tanh(X);   dX = dY * (1 - Y**2);   Y' = (1 - Y**2) * X'."""
 
-    def compute(self, x, out=None):
-        return namespace(x).tanh(x, out=out)
+    ufunc = "tanh"
+
+    def compute(self, x):
+        return namespace(x).tanh(x)
 
     def gradient(self, node, output_grad):
         return [output_grad * (1 - node * node)]
 
     def jvp(self, node, x_dot):
         return x_dot * (1 - node * node)
+
+
+def tanh(x) -> Node:
+    """Hyperbolic tangent, elementwise."""
+    return Tanh.apply(x)
 
 
 class Sigmoid(Elementwise):
@@ -226,10 +313,18 @@ class Sigmoid(Elementwise):
         return x_dot * node * (1 - node)
 
 
+def sigmoid(x) -> Node:
+    """The logistic function 1 / (1 + exp(-x)), elementwise."""
+    return Sigmoid.apply(x)
+
+
 class Relu(Elementwise):
     """Y = max(X, 0);   dX = dY * step(X);   Y' = step(X) * X'  (step(0) = 0, as in PyTorch)."""
 
-    def compute(self, x, out=None):
+    def compute(self, x):
+        return namespace(x).maximum(x, 0)
+
+    def compute_into(self, out, x):
         return namespace(x).maximum(x, 0, out=out)
 
     def gradient(self, node, output_grad):
@@ -239,11 +334,18 @@ class Relu(Elementwise):
         return x_dot * step(node.inputs[0])
 
 
+def relu(x) -> Node:
+    """max(x, 0), elementwise."""
+    return Relu.apply(x)
+
+
 class Sqrt(Elementwise):
     """Y = sqrt(X);   dX = dY / (2 Y);   Y' = X' / (2 Y)."""
 
-    def compute(self, x, out=None):
-        return namespace(x).sqrt(x, out=out)
+    ufunc = "sqrt"
+
+    def compute(self, x):
+        return namespace(x).sqrt(x)
 
     def gradient(self, node, output_grad):
         return [output_grad * 0.5 / node]
@@ -252,13 +354,19 @@ class Sqrt(Elementwise):
         return x_dot * 0.5 / node
 
 
+def sqrt(x) -> Node:
+    """Square root, elementwise."""
+    return Sqrt.apply(x)
+
+
 class Maximum(Elementwise):
     """Y = max(A, B);   dA = dY * step(A - B),  dB = dY * step(B - A)  (ties split the gradient)."""
 
     broadcasts = True
+    ufunc = "maximum"
 
-    def compute(self, a, b, out=None):
-        return namespace(a, b).maximum(a, b, out=out)
+    def compute(self, a, b):
+        return namespace(a, b).maximum(a, b)
 
     def gradient(self, node, output_grad):
         a, b = node.inputs
@@ -267,6 +375,11 @@ class Maximum(Elementwise):
     def jvp(self, node, a_dot, b_dot):
         a, b = node.inputs
         return a_dot * step(a - b, 0.5) + b_dot * step(b - a, 0.5)
+
+
+def maximum(a, b) -> Node:
+    """Elementwise maximum of a and b, broadcasting."""
+    return Maximum.apply(a, b)
 
 
 class Step(Elementwise):
@@ -282,6 +395,11 @@ class Step(Elementwise):
 
     def jvp(self, node, x_dot):
         return None
+
+
+def step(x, at_zero: float = 0.0) -> Node:
+    """The Heaviside step function: 1 for x > 0, 0 for x < 0, ``at_zero`` at 0."""
+    return Step.apply(x, at_zero=at_zero)
 
 
 class OnesLike(Elementwise):
@@ -300,6 +418,11 @@ class OnesLike(Elementwise):
         return None
 
 
+def ones_like(x) -> Node:
+    """Ones with the shape and dtype of x."""
+    return OnesLike.apply(x)
+
+
 class ZerosLike(Elementwise):
     """Y = an array of zeros with X's shape and dtype; depends on no value of X."""
 
@@ -314,93 +437,6 @@ class ZerosLike(Elementwise):
 
     def jvp(self, node, x_dot):
         return None
-
-
-def add(a, b) -> Node:
-    """a + b, broadcasting. >>> add(1.0, 2.0).value -> 3.0"""
-    return Add.apply(a, b)
-
-
-def subtract(a, b) -> Node:
-    """a - b, broadcasting."""
-    return Subtract.apply(a, b)
-
-
-def multiply(a, b) -> Node:
-    """a * b, broadcasting."""
-    return Multiply.apply(a, b)
-
-
-def divide(a, b) -> Node:
-    """a / b, broadcasting."""
-    return Divide.apply(a, b)
-
-
-def power(a, b) -> Node:
-    """a ** b. A Python-number exponent (``x ** 3``) uses the simpler rule of PowerScalar."""
-    if is_weak_scalar(b):
-        return PowerScalar.apply(a, exponent=b)
-    return Power.apply(a, b)
-
-
-def negative(x) -> Node:
-    """-x."""
-    return Negative.apply(x)
-
-
-def exp(x) -> Node:
-    """e ** x, elementwise."""
-    return Exp.apply(x)
-
-
-def log(x) -> Node:
-    """Natural logarithm, elementwise."""
-    return Log.apply(x)
-
-
-def sin(x) -> Node:
-    """Sine, elementwise."""
-    return Sin.apply(x)
-
-
-def cos(x) -> Node:
-    """Cosine, elementwise."""
-    return Cos.apply(x)
-
-
-def tanh(x) -> Node:
-    """Hyperbolic tangent, elementwise."""
-    return Tanh.apply(x)
-
-
-def sigmoid(x) -> Node:
-    """The logistic function 1 / (1 + exp(-x)), elementwise."""
-    return Sigmoid.apply(x)
-
-
-def relu(x) -> Node:
-    """max(x, 0), elementwise."""
-    return Relu.apply(x)
-
-
-def sqrt(x) -> Node:
-    """Square root, elementwise."""
-    return Sqrt.apply(x)
-
-
-def maximum(a, b) -> Node:
-    """Elementwise maximum of a and b, broadcasting."""
-    return Maximum.apply(a, b)
-
-
-def step(x, at_zero: float = 0.0) -> Node:
-    """The Heaviside step function: 1 for x > 0, 0 for x < 0, ``at_zero`` at 0."""
-    return Step.apply(x, at_zero=at_zero)
-
-
-def ones_like(x) -> Node:
-    """Ones with the shape and dtype of x."""
-    return OnesLike.apply(x)
 
 
 def zeros_like(x) -> Node:

@@ -25,13 +25,18 @@ class MatMul(Op):
 
     broadcasts = True
 
-    def compute(self, a, b, trans_A, trans_B, out=None):
+    def compute(self, a, b, trans_A, trans_B):
+        a, b = self._operands(a, b, trans_A, trans_B)
+        return a @ b
+
+    def compute_into(self, out, a, b, trans_A, trans_B):
+        a, b = self._operands(a, b, trans_A, trans_B)
+        return namespace(a, b).matmul(a, b, out=out)
+
+    def _operands(self, a, b, trans_A, trans_B):
+        """A and B with the transpose flags applied (views, no copies)."""
         self._check_shapes(a, b, trans_A, trans_B)
-        if trans_A:
-            a = _matrix_transpose(a)
-        if trans_B:
-            b = _matrix_transpose(b)
-        return a @ b if out is None else namespace(a, b).matmul(a, b, out=out)
+        return (_matrix_transpose(a) if trans_A else a), (_matrix_transpose(b) if trans_B else b)
 
     def infer(self, a, b, trans_A, trans_B):
         if not (has_rank(a.shape) and has_rank(b.shape)):

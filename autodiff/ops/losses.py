@@ -75,6 +75,11 @@ class OneHot(Op):
         return labels_dot
 
 
+def one_hot(labels, logits) -> Node:
+    """``labels`` (class indices or probabilities) as probabilities shaped like ``logits``."""
+    return OneHot.apply(labels, logits)
+
+
 class SoftmaxCrossEntropy(Op):
     """L = -mean over rows of sum(P * log_softmax(Z), axis=-1), P = labels as probabilities;
     dZ = dL * (softmax(Z) - P) / rows,   dP = -dL * log_softmax(Z) / rows;
@@ -117,11 +122,6 @@ class SoftmaxCrossEntropy(Op):
         if labels_dot is not None:
             tangent = tangent - sum(log_softmax(logits) * labels_dot) / rows
         return tangent
-
-
-def one_hot(labels, logits) -> Node:
-    """``labels`` (class indices or probabilities) as probabilities shaped like ``logits``."""
-    return OneHot.apply(labels, logits)
 
 
 def softmax_cross_entropy(logits, labels) -> Node:

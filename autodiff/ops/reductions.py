@@ -14,6 +14,10 @@ from .elementwise import exp
 from .shape import broadcast_like, normalize_axes
 
 
+def _axis(axis):
+    return tuple(axis) if isinstance(axis, (list, tuple)) else axis
+
+
 def _spread_axis(attrs: dict):
     """The axis a reduction removed, or None if its output still broadcasts (keepdims)."""
     return None if attrs["keepdims"] else attrs["axis"]
@@ -50,7 +54,10 @@ def logsumexp_values(x, axis, keepdims: bool):
 class Sum(Op):
     """Y = sum(X, axis);   dX = dY broadcast back over the summed axes;   Y' = sum(X', axis)."""
 
-    def compute(self, x, axis, keepdims, out=None):
+    def compute(self, x, axis, keepdims):
+        return x.sum(axis=axis, keepdims=keepdims)
+
+    def compute_into(self, out, x, axis, keepdims):
         return x.sum(axis=axis, keepdims=keepdims, out=out)
 
     def infer(self, x, axis, keepdims):
@@ -61,6 +68,11 @@ class Sum(Op):
 
     def jvp(self, node, x_dot):
         return sum(x_dot, **node.attrs)
+
+
+def sum(x, axis=None, keepdims: bool = False) -> Node:
+    """Sum over ``axis`` (all axes when None), as numpy.sum."""
+    return Sum.apply(x, axis=_axis(axis), keepdims=keepdims)
 
 
 class Count(Op):
@@ -87,6 +99,11 @@ class Count(Op):
         return None
 
 
+def count(x, axis=None) -> Node:
+    """How many elements a reduction of x over ``axis`` combines, in x's dtype."""
+    return Count.apply(x, axis=_axis(axis))
+
+
 class LogSumExp(Op):
     """Y = log(sum(exp(X), axis));   dX = dY * exp(X - Y)  (= dY * softmax(X));
     Y' = sum(exp(X - Y) * X', axis)."""
@@ -107,6 +124,11 @@ class LogSumExp(Op):
         x = node.inputs[0]
         weights = exp(x - broadcast_like(node, x, _spread_axis(node.attrs)))
         return sum(weights * x_dot, **node.attrs)
+
+
+def logsumexp(x, axis=None, keepdims: bool = False) -> Node:
+    """log(sum(exp(x))) over ``axis``, computed stably."""
+    return LogSumExp.apply(x, axis=_axis(axis), keepdims=keepdims)
 
 
 class Softmax(Op):
@@ -130,6 +152,11 @@ class Softmax(Op):
         return node * (x_dot - sum(x_dot * node, axis, keepdims=True))
 
 
+def softmax(x, axis=-1) -> Node:
+    """exp(x) normalised to sum to 1 along ``axis`` (default: the last axis)."""
+    return Softmax.apply(x, axis=_axis(axis))
+
+
 class LogSoftmax(Op):
     """Y = X - logsumexp(X, axis);   dX = dY - exp(Y) * sum(dY, axis);
     Y' = X' - sum(exp(Y) * X', axis)."""
@@ -151,35 +178,11 @@ class LogSoftmax(Op):
         return x_dot - sum(exp(node) * x_dot, axis, keepdims=True)
 
 
-def _axis(axis):
-    return tuple(axis) if isinstance(axis, (list, tuple)) else axis
-
-
-def sum(x, axis=None, keepdims: bool = False) -> Node:
-    """Sum over ``axis`` (all axes when None), as numpy.sum."""
-    return Sum.apply(x, axis=_axis(axis), keepdims=keepdims)
-
-
-def count(x, axis=None) -> Node:
-    """How many elements a reduction of x over ``axis`` combines, in x's dtype."""
-    return Count.apply(x, axis=_axis(axis))
+def log_softmax(x, axis=-1) -> Node:
+    """log(softmax(x)) along ``axis``, computed stably."""
+    return LogSoftmax.apply(x, axis=_axis(axis))
 
 
 def mean(x, axis=None, keepdims: bool = False) -> Node:
     """Mean over ``axis``: the sum divided by the count (so it needs no rule of its own)."""
     return sum(x, axis, keepdims) / count(x, axis)
-
-
-def logsumexp(x, axis=None, keepdims: bool = False) -> Node:
-    """log(sum(exp(x))) over ``axis``, computed stably."""
-    return LogSumExp.apply(x, axis=_axis(axis), keepdims=keepdims)
-
-
-def softmax(x, axis=-1) -> Node:
-    """exp(x) normalised to sum to 1 along ``axis`` (default: the last axis)."""
-    return Softmax.apply(x, axis=_axis(axis))
-
-
-def log_softmax(x, axis=-1) -> Node:
-    """log(softmax(x)) along ``axis``, computed stably."""
-    return LogSoftmax.apply(x, axis=_axis(axis))

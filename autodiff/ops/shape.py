@@ -99,6 +99,11 @@ class Transpose(Op):
         return transpose(x_dot, node.attrs["axes"])
 
 
+def transpose(x, axes=None) -> Node:
+    """Permute the axes of x (reverse them when ``axes`` is None), as numpy.transpose."""
+    return Transpose.apply(x, axes=None if axes is None else tuple(axes))
+
+
 class Reshape(Op):
     """Y = reshape(X, shape);   dX = reshape(dY, X.shape);   Y' = reshape(X', shape)."""
 
@@ -114,6 +119,12 @@ class Reshape(Op):
 
     def jvp(self, node, x_dot):
         return reshape(x_dot, node.attrs["shape"])
+
+
+def reshape(x, shape) -> Node:
+    """x with a new shape holding the same elements (one entry may be -1)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return Reshape.apply(x, shape=shape)
 
 
 class BroadcastTo(Op):
@@ -132,6 +143,12 @@ class BroadcastTo(Op):
 
     def jvp(self, node, x_dot):
         return broadcast_to(x_dot, node.attrs["shape"])
+
+
+def broadcast_to(x, shape) -> Node:
+    """x repeated along new or size-1 axes to ``shape``, as numpy.broadcast_to."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return BroadcastTo.apply(x, shape=shape)
 
 
 class SumToLike(Op):
@@ -163,6 +180,13 @@ class SumToLike(Op):
         return sum_to_like(g_dot, node.inputs[1], node.attrs["axis"])
 
 
+def sum_to_like(g, like, axis=None) -> Node:
+    """``g`` summed over broadcast axes down to ``like``'s shape (undoes broadcasting)."""
+    if axis is not None and not isinstance(axis, int):
+        axis = tuple(axis)
+    return SumToLike.apply(g, like, axis=axis)
+
+
 class BroadcastLike(Op):
     """Y = G broadcast to the shape of L;   dG = sum_to_like(dY, G).
 
@@ -188,6 +212,13 @@ class BroadcastLike(Op):
         return broadcast_like(g_dot, node.inputs[1], node.attrs["axis"])
 
 
+def broadcast_like(g, like, axis=None) -> Node:
+    """``g`` broadcast to ``like``'s shape, first restoring reduced ``axis`` if given."""
+    if axis is not None and not isinstance(axis, int):
+        axis = tuple(axis)
+    return BroadcastLike.apply(g, like, axis=axis)
+
+
 class ReshapeLike(Op):
     """Y = G reshaped to the shape of L;   dG = reshape_like(dY, G)."""
 
@@ -205,37 +236,6 @@ class ReshapeLike(Op):
 
     def jvp(self, node, g_dot, like_dot):
         return reshape_like(g_dot, node.inputs[1])
-
-
-def transpose(x, axes=None) -> Node:
-    """Permute the axes of x (reverse them when ``axes`` is None), as numpy.transpose."""
-    return Transpose.apply(x, axes=None if axes is None else tuple(axes))
-
-
-def reshape(x, shape) -> Node:
-    """x with a new shape holding the same elements (one entry may be -1)."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return Reshape.apply(x, shape=shape)
-
-
-def broadcast_to(x, shape) -> Node:
-    """x repeated along new or size-1 axes to ``shape``, as numpy.broadcast_to."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return BroadcastTo.apply(x, shape=shape)
-
-
-def sum_to_like(g, like, axis=None) -> Node:
-    """``g`` summed over broadcast axes down to ``like``'s shape (undoes broadcasting)."""
-    if axis is not None and not isinstance(axis, int):
-        axis = tuple(axis)
-    return SumToLike.apply(g, like, axis=axis)
-
-
-def broadcast_like(g, like, axis=None) -> Node:
-    """``g`` broadcast to ``like``'s shape, first restoring reduced ``axis`` if given."""
-    if axis is not None and not isinstance(axis, int):
-        axis = tuple(axis)
-    return BroadcastLike.apply(g, like, axis=axis)
 
 
 def reshape_like(g, like) -> Node:
