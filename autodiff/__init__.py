@@ -31,7 +31,9 @@ from .executor import Executor, evaluate
 from .functional import grad, jvp, value_and_grad, vjp
 from .gradients import gradients, jvp_graph
 from .graph import (
+    AutodiffError,
     DeviceError,
+    DomainError,
     DTypeError,
     Node,
     Op,
@@ -50,7 +52,9 @@ from .ops import __all__ as _op_names
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutodiffError",
     "DeviceError",
+    "DomainError",
     "DTypeError",
     "Executor",
     "Node",

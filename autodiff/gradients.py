@@ -56,29 +56,6 @@ class AdjointStep:
     sent: list[Node]
 
 
-# Set by ``recording_steps()``; drawings of the reverse pass (viz.backward_steps) read it.
-_steps: list[AdjointStep] | None = None
-
-
-@contextmanager
-def recording_steps() -> Iterator[list[AdjointStep]]:
-    """Record the steps of every reverse pass run inside the block, in order.
-
-    >>> import autodiff as ad
-    >>> x = ad.tensor(3.0, name="x")
-    >>> with recording_steps() as steps:
-    ...     (dx,) = ad.gradients(x * x, [x])
-    >>> [(s.node.name, len(s.contributions)) for s in steps]
-    [('multiply', 1), ('x', 2)]
-    """
-    global _steps
-    previous, _steps = _steps, []
-    try:
-        yield _steps
-    finally:
-        _steps = previous
-
-
 def _check_nodes(function: str, output, wrt) -> list[Node]:
     if not isinstance(output, Node):
         raise TypeError(
@@ -136,9 +113,11 @@ def reverse_pass(
     output_grad: Node,
     recompute: Recomputation | None = None,
     order: Sequence[Node] | None = None,
+    steps: list[AdjointStep] | None = None,
 ) -> list[Node]:
     """The adjoints of ``wrt``. ``order``: the nodes to walk, in topological order
-    (default: all that ``output`` depends on); a fused node walks only its group."""
+    (default: all that ``output`` depends on); a fused node walks only its group.
+    ``steps``, if given, gets an ``AdjointStep`` per node, in the order of the pass."""
     topo_order = find_topo_sort([output]) if order is None else order
     on_path = _depends_on(topo_order, wrt)
     contributions: dict[Node, list[Node]] = {output: [output_grad]}
@@ -149,8 +128,8 @@ def reverse_pass(
             continue
         adjoint[node] = _sum_contributions(parts)
         sent: list[Node] = []
-        if _steps is not None:
-            _steps.append(AdjointStep(node, parts, adjoint[node], sent))
+        if steps is not None:
+            steps.append(AdjointStep(node, parts, adjoint[node], sent))
         if node.op.is_leaf:
             continue
         # With checkpointing, the rule reads recomputed values, not the forward ones.
@@ -174,6 +153,7 @@ def gradients(
     wrt: Sequence[Node],
     output_grad=None,
     checkpoint: str | int | Sequence[Node] | None = None,
+    steps: list[AdjointStep] | None = None,
 ) -> list[Node]:
     """The gradient graph: one Node per entry of ``wrt``, holding d(output)/d(wrt[i]).
 
@@ -185,6 +165,9 @@ def gradients(
     ``checkpoint`` keeps only some forward values for the backward pass and recomputes
     the others from them (checkpoint.py): ``"sqrt"`` keeps about sqrt(n) of a chain of n
     ops, an int k every k-th op, a list the nodes in it. The gradients are the same.
+
+    ``steps``, a list, receives the steps of the reverse pass (``AdjointStep``: each
+    node's contributions, their sum, what its rule sent on), for drawings of the pass.
 
     >>> import autodiff as ad
     >>> x = ad.tensor(3.0, name="x")
@@ -213,7 +196,7 @@ def gradients(
             recompute = None
             if checkpoint is not None:
                 recompute = Recomputation(choose_checkpoints(output, checkpoint))
-            grads = reverse_pass(output, wrt, output_grad, recompute)
+            grads = reverse_pass(output, wrt, output_grad, recompute, steps=steps)
         if imperative:  # a placeholder the output does not need keeps a symbolic zeros_like
             fill_values([g for g, x in zip(grads, wrt, strict=True) if x.value is not None], built)
     return grads

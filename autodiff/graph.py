@@ -16,36 +16,46 @@ them too.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ClassVar, NamedTuple
 
 from . import backend
 
 
-class ShapeError(ValueError):
+class AutodiffError(Exception):
+    """An error already written for a student: it names the op, the shapes or dtypes,
+    and what to do. ``Op.run`` passes these on as they are, and explains any other."""
+
+
+class ShapeError(AutodiffError, ValueError):
     """Inputs whose shapes do not fit together (the message names the op and the shapes)."""
 
 
-class DTypeError(TypeError):
+class DTypeError(AutodiffError, TypeError):
     """An input whose dtype the op cannot take (the message names the op and the dtype)."""
 
 
-class DeviceError(ValueError):
+class DeviceError(AutodiffError, ValueError):
     """Inputs of one op on different devices (the message names the op and both devices)."""
 
 
-# Switched off while gradients() builds a gradient graph, so that gradient nodes are
-# evaluated afterwards, only if they are needed (see gradients.py). The nodes built
-# meanwhile are recorded in creation order, which is a topological order.
-_eager = True
-_built: list = []
+class DomainError(AutodiffError, ValueError):
+    """An input value outside what the op accepts (class indices out of range, ...)."""
+
+
+# Inside ``deferred()``: the list recording the nodes built, in creation order (a
+# topological order), which are not computed; outside (None) a node is computed as
+# soon as its inputs have values. gradients() builds its graph this way, then computes
+# only what the results need. A context variable: each thread has its own.
+_building: ContextVar[list[Node] | None] = ContextVar("building", default=None)
 _FLOAT64 = backend.float_dtype("float64")  # the dtype check's default for Python numbers
 _serials = itertools.count()  # numbers nodes in creation order (see Node.serial)
 
 
 @contextmanager
-def deferred():
+def deferred() -> Iterator[list[Node]]:
     """Build nodes without computing them, even when their inputs have values.
 
     Yields the list of nodes built inside the block, in creation order.
@@ -56,13 +66,12 @@ def deferred():
     >>> y.value is None and built[-1] is y
     True
     """
-    global _eager, _built
-    previous = _eager, _built
-    _eager, _built = False, []
+    built: list[Node] = []
+    token = _building.set(built)
     try:
-        yield _built
+        yield built
     finally:
-        _eager, _built = previous
+        _building.reset(token)
 
 
 def describe(value: Any) -> str:
@@ -283,8 +292,9 @@ class Op:
         op = cls._instance
         nodes = tuple([x if isinstance(x, Node) else as_node(x) for x in inputs])
         node = Node(op, nodes, attrs)
-        if not _eager:
-            _built.append(node)
+        built = _building.get()
+        if built is not None:
+            built.append(node)
             return node
         input_vals = [x.value for x in nodes]
         for value in input_vals:
@@ -306,11 +316,9 @@ class Op:
             if out is not None:
                 return self.compute_into(out, *input_vals, **attrs)
             return self.compute(*input_vals, **attrs)
+        except AutodiffError:
+            raise  # already written for a student
         except Exception as exc:
-            if isinstance(exc, (ShapeError, DTypeError, DeviceError)) or str(exc).startswith(
-                f"{self.name}:"
-            ):
-                raise  # already written for a student
             raise self.explain(exc, input_vals, attrs) from exc
 
     def _check_dtypes(self, input_vals: Sequence[Any]) -> None:
@@ -338,13 +346,6 @@ class Op:
                 f"{self.name}: inputs are on different devices ({placed}). Move one with "
                 f"ad.backend.to_device(x, 'gpu'), or make leaves with device='gpu' "
                 f"(or ad.backend.set_default_device('gpu'))."
-            )
-        if "broadcast" in str(exc):
-            shapes = " and ".join(str(tuple(getattr(v, "shape", ()))) for v in input_vals)
-            return ShapeError(
-                f"{self.name}: cannot broadcast shapes {shapes}. Broadcasting lines up "
-                f"trailing dimensions, which must be equal or 1; reshape or transpose one "
-                f"input (inputs: {inputs})."
             )
         return type(exc)(f"{self.name} failed on inputs {inputs}{settings}: {exc}")
 

@@ -32,7 +32,7 @@ from typing import Any
 import graphviz
 
 from . import backend, renderer
-from .gradients import AdjointStep, gradients, recording_steps
+from .gradients import AdjointStep, gradients
 from .graph import Constant, Node, find_topo_sort, levels
 
 INK = "#334155"  # forward graph
@@ -192,8 +192,8 @@ def draw_levels(*nodes: Node, max_nodes: int = MAX_NODES, title: str | None = No
 
 def _gradient_scene(output: Node, wrt: Sequence[Node]) -> tuple[_Scene, list[AdjointStep], Node]:
     wrt = list(wrt)
-    with recording_steps() as steps:
-        results = gradients(output, wrt)
+    steps: list[AdjointStep] = []
+    results = gradients(output, wrt, steps=steps)
     forward = find_topo_sort([output, *wrt])
     in_forward = set(forward)
     adjoints = [step.adjoint for step in steps]

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from ..backend import broadcast_shapes as broadcast_shapes_of
 from ..backend import is_weak_scalar, namespace
-from ..graph import Node, Op, Spec
+from ..graph import Node, Op, ShapeError, Spec, describe
 from ..static_shapes import broadcast_shapes, result_dtype
 
 
@@ -39,6 +40,20 @@ class Elementwise(Op, register=False):
 
     def compute_into(self, out, *inputs):
         return getattr(namespace(*inputs), self.ufunc)(*inputs, out=out)
+
+    def explain(self, exc, input_vals, attrs):
+        """Inputs whose shapes cannot broadcast are a ShapeError naming both shapes."""
+        shapes = [tuple(getattr(v, "shape", ())) for v in input_vals]
+        try:
+            broadcast_shapes_of(*shapes)
+        except ValueError:
+            inputs = ", ".join(describe(v) for v in input_vals)
+            return ShapeError(
+                f"{self.name}: cannot broadcast shapes {' and '.join(map(str, shapes))}. "
+                f"Broadcasting lines up trailing dimensions, which must be equal or 1; "
+                f"reshape or transpose one input (inputs: {inputs})."
+            )
+        return super().explain(exc, input_vals, attrs)
 
     def infer(self, *inputs: Spec, **attrs) -> Spec:
         shape = broadcast_shapes(*(x.shape for x in inputs))

@@ -9,7 +9,7 @@ lecture compares it with the same loss composed of fine ops
 from __future__ import annotations
 
 from ..backend import is_floating, namespace
-from ..graph import DTypeError, Node, Op, ShapeError, Spec
+from ..graph import DomainError, DTypeError, Node, Op, ShapeError, Spec
 from ..static_shapes import UNKNOWN, is_symbol, result_dtype, same
 from .reductions import count, log_softmax, logsumexp_values, softmax, sum
 from .shape import shape_of
@@ -26,7 +26,7 @@ def check_labels(labels, logits) -> None:
                 f"shape {rows_shape}, or probabilities of shape {shape_of(logits)}."
             )
         if labels.size and (labels.min() < 0 or labels.max() >= classes):
-            raise ValueError(
+            raise DomainError(
                 f"softmax_cross_entropy: class indices must lie in [0, {classes}), got "
                 f"values from {int(labels.min())} to {int(labels.max())}."
             )
