@@ -54,6 +54,12 @@ def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[s
     return "\n".join(lines) + "\n", names
 
 
+# What an op raises on inputs it cannot take (NumPy's and ours). The straight-line
+# function lets these through to a checked run, which explains them; any other error
+# (MemoryError, a bug) is raised as it is.
+INPUT_ERRORS = (ValueError, TypeError, ArithmeticError, IndexError)
+
+
 class Executor:
     """Runs a graph: ``Executor(nodes).run(feed_dict) -> list of arrays``.
 
@@ -176,7 +182,7 @@ class Executor:
         leaves' dtypes decide all the others."""
         try:
             return self._straight_line()(values)  # reads the leaves' slots, writes none
-        except Exception:  # noqa: BLE001 (re-run checked, which explains the error)
+        except INPUT_ERRORS:  # an op refused its inputs: the checked run says how
             return None
 
     def _straight_line(self):

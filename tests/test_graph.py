@@ -167,6 +167,31 @@ def test_straight_line_runs_match_the_checked_run_on_random_graphs(graph):
     assert executor.source is not None
 
 
+def test_the_straight_line_run_passes_on_what_is_not_an_input_error(monkeypatch):
+    """An op refusing its inputs (ValueError...) is explained by a checked run; anything
+    else (here a MemoryError) comes out as it is, with no second run."""
+    x = ad.Variable("x")
+    executor = ad.Executor([ad.exp(x)])
+    executor.run({x: np.ones(3)})
+    executor.run({x: np.ones(3)})
+    calls = []
+
+    def straight_line(error):
+        def run(values):
+            calls.append(error)
+            raise error
+
+        return lambda: run
+
+    monkeypatch.setattr(executor, "_straight_line", straight_line(MemoryError("no memory")))
+    with pytest.raises(MemoryError, match="no memory"):
+        executor.run({x: np.ones(3)})
+    monkeypatch.setattr(executor, "_straight_line", straight_line(ValueError("bad input")))
+    (value,) = executor.run({x: np.ones(3)})  # the checked run computes it after all
+    np.testing.assert_array_equal(value, np.exp(np.ones(3)))
+    assert [type(e) for e in calls] == [MemoryError, ValueError]
+
+
 def test_later_runs_still_check_dtypes_and_explain_errors():
     x = ad.Variable("x")
     executor = ad.Executor([ad.sin(x) * 2])
