@@ -1,21 +1,22 @@
 """Running a graph: the Executor of define-then-run frameworks.
 
-The graph is sorted once into a *schedule*: for each step, the node to compute, the
-slots holding its inputs, and the slots whose values nobody needs afterwards (so they
-can be freed: the simplest form of memory planning). The first ``run`` walks the
-schedule with the values fed for this run, checking every op's inputs on the way.
+The graph is sorted once into a *schedule* (scheduling.py): for each step, the node to
+compute, the slots holding its inputs, and the slots whose values nobody needs
+afterwards. ``run`` is the loop of the lecture (``scheduling.run_schedule``): for each
+step, compute the node from its inputs' values, then free what is no longer needed.
 
-Later runs with inputs of the same dtypes need none of that bookkeeping: the schedule
-is turned into the source of one Python function, a line per op (``v7 = f7(v3, v5)``)
-and a ``del`` after each value's last use, compiled once and called each run
-(``Executor.source`` shows it). This is what "compiling a graph" means in small:
-Python's own loop and list lookups disappear, and what is left per op is the call of
-its ``compute``.
+The Executor's arguments add strategies, each from its own module, around that loop:
+
+* ``optimize=True`` (passes.py) and ``fuse=True`` (fusion.py) rewrite the graph first:
+  the schedule is that of a smaller graph, or of one with fused kernels;
+* ``plan=`` (memory.py) orders the schedule as planned and computes each step into its
+  planned buffer;
+* after a checked run, runs with the same leaf dtypes call the schedule compiled into
+  one Python function (straight_line.py; ``Executor.source`` shows it).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,41 +24,11 @@ from . import backend, fusion, passes
 from .fusion import FusionReport
 from .graph import Node, Placeholder, TensorLeaf, describe, find_topo_sort
 from .passes import OptimizeReport
-from .scheduling import Step, resolve_feeds, run_schedule, schedule
+from .scheduling import Compute, fill_leaves, resolve_feeds, run_schedule, schedule
+from .straight_line import StraightLine
 
 if TYPE_CHECKING:
     from .memory import MemoryPlan
-
-
-def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[str, dict]:
-    """The schedule as the source of one Python function, and the names it uses.
-
-    ``run(values)`` takes the leaves' values (in their slots) and returns the results:
-    one line per op, ``v7 = f7(v3, v5)`` with ``f7`` the op's ``compute`` (its settings
-    bound), and a ``del`` after each value's last use. It is what the schedule loop
-    does, minus the loop: no lookups in lists, no checks, the same calls in the same
-    order. The checks are made once by a checked run (see ``Executor.run``).
-    """
-    lines = ["def run(values):"]
-    names: dict[str, Any] = {}
-    for i, (node, input_slots, frees) in enumerate(steps):
-        if node.op.is_leaf:
-            lines.append(f"    v{i} = values[{i}]")
-        else:
-            compute = node.op.compute
-            names[f"f{i}"] = functools.partial(compute, **node.attrs) if node.attrs else compute
-            args = ", ".join(f"v{j}" for j in input_slots)
-            lines.append(f"    v{i} = f{i}({args})  # {node.op.name}")
-        if frees:
-            lines.append(f"    del {', '.join(f'v{j}' for j in frees)}")
-    lines.append(f"    return [{', '.join(f'v{i}' for i in result_slots)}]")
-    return "\n".join(lines) + "\n", names
-
-
-# What an op raises on inputs it cannot take (NumPy's and ours). The straight-line
-# function lets these through to a checked run, which explains them; any other error
-# (MemoryError, a bug) is raised as it is.
-INPUT_ERRORS = (ValueError, TypeError, ArithmeticError, IndexError)
 
 
 class Executor:
@@ -115,86 +86,59 @@ class Executor:
             self._run_nodes, self.optimize_report = passes.optimize(self.nodes)
         if fuse:
             self._run_nodes, self.fusion_report = fusion.fuse_elementwise(self._run_nodes)
-        self.topo_order = find_topo_sort(self._run_nodes)
+        self.plan = plan
+        if plan is not None:
+            plan.check_outputs(self.nodes)
+        self.topo_order = plan.order if plan is not None else find_topo_sort(self._run_nodes)
         self._steps, self._slot = schedule(self.topo_order, set(self._run_nodes))
         # Feeds name leaves of the graph asked for, which optimising may have removed.
         graph = find_topo_sort(self.nodes) if optimize or fuse else self.topo_order
         self._leaves = [node for node in graph if node.op.is_leaf]
         # An output that optimising turned into a leaf would hand out the leaf's own
         # array, which the caller may change in place (p -= lr * grad): copy those.
-        self._copied_outputs = [
+        self._copied_outputs = {
             i
             for i, (new, old) in enumerate(zip(self._run_nodes, self.nodes, strict=True))
             if new is not old and new.op.is_leaf
-        ]
-        self.plan = plan
-        if plan is not None:
-            plan.check_outputs(self.nodes)
-        # After a checked run, runs with the same leaf dtypes take a straight-line
-        # Python function made from the schedule (see straight_line; .source shows it).
-        self._leaf_slots = [i for i, (node, _, _) in enumerate(self._steps) if node.op.is_leaf]
-        self._checked: set[tuple] = set()
-        self._compiled = None
-        self.source: str | None = None
+        }
+        result_slots = [self._slot[node] for node in self._run_nodes]
+        self._compiled = None if plan is not None else StraightLine(self._steps, result_slots)
+
+    @property
+    def source(self) -> str | None:
+        """The straight-line function's text, once a run has used it."""
+        return None if self._compiled is None else self._compiled.source
 
     def run(self, feed_dict: dict | None = None) -> list:
+        """The outputs' values, computed from ``feed_dict`` (nodes or names to arrays)."""
         feeds = self._feed_values(feed_dict or {})
-        if self.plan is not None:
-            return self.plan.run(feeds)
-        steps, slot = self._steps, self._slot
+        steps, slot, compiled = self._steps, self._slot, self._compiled
         if any(not node.op.is_leaf for node in feeds):
             # A fed intermediate node: its inputs need not (and may not) be computed.
             order = find_topo_sort(self.nodes, descend=lambda n: n not in feeds)
-            steps, slot = schedule(order, set(self.nodes))
-        values = [None] * len(steps)
-        for node, value in feeds.items():
-            if node in slot:
-                values[slot[node]] = value
-        dtypes = self._leaf_dtypes(values) if steps is self._steps else None
-        results = None
-        if dtypes in self._checked:
-            results = self._run_straight_line(values)
+            (steps, slot), compiled = schedule(order, set(self.nodes)), None
+        values = fill_leaves(steps, [feeds.get(node) for node, _, _ in steps])
+        results = compiled.run(values) if compiled is not None else None
         if results is None:  # the checked run: every op's checks, readable errors
-            run_schedule(steps, values)
+            dtypes = compiled.dtypes(values) if compiled is not None else ()
+            run_schedule(steps, values, self._compute())
             results = [values[slot[node]] for node in self._run_nodes]
-            if dtypes is not None:
-                self._checked.add(dtypes)
-        for i in self._copied_outputs:
-            results[i] = _copy_of(results[i])
-        return results
+            if compiled is not None:
+                compiled.checked.add(dtypes)  # later runs with these dtypes: compiled
+        return [_copy_of(r) if i in self._copied_outputs else r for i, r in enumerate(results)]
 
-    def _leaf_dtypes(self, values: list) -> tuple | None:
-        """The leaves' dtypes (filling in the values of leaves not fed), or None if a
-        placeholder has no value (the checked run says so)."""
-        dtypes = []
-        for i in self._leaf_slots:
-            if values[i] is None:
-                values[i] = self._steps[i][0].value
-                if values[i] is None:
-                    return None
-            dtypes.append(backend.dtype_of(values[i]) or type(values[i]))
-        return tuple(dtypes)
-
-    def _run_straight_line(self, values: list) -> list | None:
-        """The results from the straight-line function, or None after an error: the
-        checked run then raises it, in words a student can read. Only for leaf dtypes
-        that a checked run has seen: every check an op makes depends on dtypes, and the
-        leaves' dtypes decide all the others."""
-        try:
-            return self._straight_line()(values)  # reads the leaves' slots, writes none
-        except INPUT_ERRORS:  # an op refused its inputs: the checked run says how
+    def _compute(self) -> Compute | None:
+        """How each step computes: ``op.run``, or into the memory plan's buffers."""
+        plan = self.plan
+        if plan is None:
             return None
-
-    def _straight_line(self):
-        if self._compiled is None:
-            result_slots = [self._slot[node] for node in self._run_nodes]
-            self.source, names = straight_line(self._steps, result_slots)
-            exec(compile(self.source, "<autodiff.Executor>", "exec"), names)
-            self._compiled = names["run"]
-        return self._compiled
+        buffers: dict[int, Any] = {}  # this run's, allocated at first use
+        return lambda node, input_vals: plan.compute(node, input_vals, buffers)
 
     def _feed_values(self, feed_dict: dict) -> dict:
         feeds = resolve_feeds(self._leaves, feed_dict)
+        if self.plan is not None:
+            self.plan.check_feeds(feeds)
         if self.optimize_report is not None or self.fusion_report is not None:
             flag = "optimize" if self.optimize_report is not None else "fuse"
             feeds = {

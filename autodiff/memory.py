@@ -244,19 +244,14 @@ class MemoryPlan:
     buffer_bytes: list[int]
     in_place: dict[Node, Node]
     shared: set[int]
-    # After each step: values read for the last time, buffers to drop (made once, here).
-    _frees: list[list[Node]] = field(init=False)
-    _releases: list[list[int]] = field(init=False)
+    # The buffers to drop once a step has computed its node (made once, here).
+    _releases: dict[Node, list[int]] = field(init=False)
 
     def __post_init__(self) -> None:
-        self._frees = [[] for _ in self.steps]
-        for node, (_, end) in self.live.items():
-            if end < len(self.steps):
-                self._frees[end].append(node)
-        self._releases = [[] for _ in self.steps]
+        self._releases = {}
         for b, (_, end) in self.buffer_span().items():
             if b in self.shared and end < len(self.steps):
-                self._releases[end].append(b)
+                self._releases.setdefault(self.steps[end], []).append(b)
 
     @property
     def peak_bytes(self) -> int:
@@ -339,22 +334,15 @@ class MemoryPlan:
                 "ad.memory.plan(outputs, feed_dict), with the same outputs in the same order."
             )
 
-    def run(self, feeds: dict) -> list:
-        """Compute the outputs, writing each value into its planned buffer."""
-        self._check_leaves(feeds)
-        # The computed values alive now; leaves are read from the feed or the node.
-        values: dict[Node, Any] = {}
-        buffers: dict[int, Any] = {}  # allocated at first use, dropped after last
-        for t, node in enumerate(self.steps):
-            input_vals = [_value(x, values, feeds) for x in node.inputs]
-            values[node] = self._compute(node, input_vals, buffers)
-            for x in self._frees[t]:
-                del values[x]
-            for b in self._releases[t]:
-                del buffers[b]
-        return [_value(node, values, feeds) for node in self.outputs]
+    @property
+    def order(self) -> list[Node]:
+        """The schedule the Executor runs: the leaves, then the steps in planned order."""
+        return [*self.leaves, *self.steps]
 
-    def _compute(self, node: Node, input_vals: list, buffers: dict) -> Any:
+    def compute(self, node: Node, input_vals: list, buffers: dict[int, Any]) -> Any:
+        """Step ``node``, as the Executor's loop calls it: its value, written into its
+        planned buffer (allocated at first use, in ``buffers``); then the buffers no
+        later step reads are dropped."""
         b, spec = self.buffer[node], self.specs[node]
         if node in self.views or b not in self.shared:
             value = node.op.run(input_vals, node.attrs)
@@ -363,13 +351,18 @@ class MemoryPlan:
                     f"plan: {node.op.name} gave {spec_of(value)[:2]} where its shape rule "
                     f"said {spec[:2]}: {type(node.op).__name__}.infer is wrong."
                 )
-            return value
-        if b not in buffers:
-            count = nbytes(spec) // backend.float_dtype(spec.dtype).itemsize
-            buffers[b] = backend.empty((count,), spec.dtype, like=input_vals)
-        return node.op.run(input_vals, node.attrs, out=buffers[b].reshape(spec.shape))
+        else:
+            if b not in buffers:
+                count = nbytes(spec) // backend.float_dtype(spec.dtype).itemsize
+                buffers[b] = backend.empty((count,), spec.dtype, like=input_vals)
+            value = node.op.run(input_vals, node.attrs, out=buffers[b].reshape(spec.shape))
+        for released in self._releases.get(node, ()):
+            del buffers[released]
+        return value
 
-    def _check_leaves(self, feeds: dict) -> None:
+    def check_feeds(self, feeds: dict) -> None:
+        """The leaves have values of the planned shapes and dtypes, and no node the plan
+        computes is fed."""
         for leaf in self.leaves:
             value = feeds[leaf] if leaf in feeds else leaf.value
             if value is None:
@@ -392,13 +385,6 @@ class MemoryPlan:
 
 def _count(items, word: str) -> str:
     return f"{len(items)} {word}" + ("" if len(items) == 1 else "s")
-
-
-def _value(node: Node, values: dict, feeds: dict) -> Any:
-    """A computed value, else the fed one, else the node's own (a leaf)."""
-    if node in values:
-        return values[node]
-    return feeds[node] if node in feeds else node.value
 
 
 def _add(series: list[int], start: int, end: int, amount: int) -> None:
@@ -444,6 +430,3 @@ def plan(outputs: Node | Sequence[Node], feed_dict: dict | None = None) -> Memor
     views, held = _memory_owners(steps, specs, live)
     chosen = assign_buffers(steps, specs, views, held)
     return MemoryPlan(outputs, leaves, steps, specs, live, views, held, **vars(chosen))
-
-
-# A parallel schedule --------------------------------------------------------------------

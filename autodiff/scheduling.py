@@ -9,13 +9,14 @@ arrays) into checked values for a graph's leaves.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import backend
 from .graph import Constant, Node, Placeholder, ShapeError, find_topo_sort
 
 Step = tuple[Node, list[int], list[int]]  # node, input slots, slots to free after it
+Compute = Callable[[Node, list], Any]  # (node, its inputs' values) -> its value
 
 
 def schedule(topo_order: Sequence[Node], keep: set[Node]) -> tuple[list[Step], dict]:
@@ -41,28 +42,36 @@ def schedule(topo_order: Sequence[Node], keep: set[Node]) -> tuple[list[Step], d
     return steps, slot
 
 
-def run_schedule(steps: Sequence[Step], values: list) -> list:
-    """Compute every slot of ``values`` that is still None, in schedule order."""
+def run_schedule(steps: Sequence[Step], values: list, compute: Compute | None = None) -> list:
+    """The loop of the lecture: for each step, compute its node from its inputs' values
+    (unless it has one already: a leaf, a fed node), then free the values nobody needs
+    any more. ``compute(node, input_vals)`` is ``node.op.run`` unless a strategy gives
+    another (a memory plan writes into its buffers)."""
     for i, (node, input_slots, frees) in enumerate(steps):
         if values[i] is None:
-            if node.op.is_leaf:
-                values[i] = _leaf_value(node, steps)
+            input_vals = [values[j] for j in input_slots]
+            if compute is None:
+                values[i] = node.op.run(input_vals, node.attrs)
             else:
-                values[i] = node.op.run([values[j] for j in input_slots], node.attrs)
+                values[i] = compute(node, input_vals)
         for j in frees:
             values[j] = None
     return values
 
 
-def _leaf_value(node: Node, steps: Sequence[Step]) -> Any:
-    if node.value is None:
-        names = sorted({n.name for n, _, _ in steps if isinstance(n.op, Placeholder)})
-        raise ValueError(
-            f"Placeholder '{node.name}' has no value. Put it in the feed: "
-            f"ad.evaluate(output, {{{node.name}: array}}) or "
-            f"Executor(outputs).run({{{node.name}: array}}). Placeholders here: {names}."
-        )
-    return node.value
+def fill_leaves(steps: Sequence[Step], values: list) -> list:
+    """Put each leaf's own value into its slot, unless the slot has one (it was fed)."""
+    for i, (node, _, _) in enumerate(steps):
+        if values[i] is None and node.op.is_leaf:
+            if node.value is None:
+                names = sorted({n.name for n, _, _ in steps if isinstance(n.op, Placeholder)})
+                raise ValueError(
+                    f"Placeholder '{node.name}' has no value. Put it in the feed: "
+                    f"ad.evaluate(output, {{{node.name}: array}}) or "
+                    f"Executor(outputs).run({{{node.name}: array}}). Placeholders here: {names}."
+                )
+            values[i] = node.value
+    return values
 
 
 def fill_values(nodes: Sequence[Node], built: Sequence[Node] = ()) -> None:
@@ -76,7 +85,7 @@ def fill_values(nodes: Sequence[Node], built: Sequence[Node] = ()) -> None:
         return
     topo_order = find_topo_sort(nodes, descend=lambda n: n.value is None)
     steps, slot = schedule(topo_order, set(nodes))
-    values = run_schedule(steps, [n.value for n in topo_order])
+    values = run_schedule(steps, fill_leaves(steps, [n.value for n in topo_order]))
     for node in nodes:
         node.value = values[slot[node]]
 

@@ -183,10 +183,11 @@ def test_the_straight_line_run_passes_on_what_is_not_an_input_error(monkeypatch)
 
         return lambda: run
 
-    monkeypatch.setattr(executor, "_straight_line", straight_line(MemoryError("no memory")))
+    compiled = executor._compiled
+    monkeypatch.setattr(compiled, "function", straight_line(MemoryError("no memory")))
     with pytest.raises(MemoryError, match="no memory"):
         executor.run({x: np.ones(3)})
-    monkeypatch.setattr(executor, "_straight_line", straight_line(ValueError("bad input")))
+    monkeypatch.setattr(compiled, "function", straight_line(ValueError("bad input")))
     (value,) = executor.run({x: np.ones(3)})  # the checked run computes it after all
     np.testing.assert_array_equal(value, np.exp(np.ones(3)))
     assert [type(e) for e in calls] == [MemoryError, ValueError]

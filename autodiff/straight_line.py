@@ -1,0 +1,85 @@
+"""Straight-line code: a schedule compiled into one Python function.
+
+The Executor's loop (scheduling.run_schedule) looks up each node's inputs in a list,
+checks their dtypes, and turns NumPy's errors into readable ones. Once a run with some
+leaf dtypes has passed those checks, later runs with the same dtypes need none of it:
+the schedule becomes the source of one function, a line per op (``v7 = f7(v3, v5)``)
+and a ``del`` after each value's last use, compiled once (``StraightLine.source`` shows
+it). This is what "compiling a graph" means in small: Python's own loop and lookups
+disappear, and what is left per op is the call of its ``compute``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from . import backend
+from .scheduling import Step
+
+# What an op raises on inputs it cannot take (NumPy's and ours). The compiled function
+# lets these through to a checked run, which explains them; any other error
+# (MemoryError, a bug) is raised as it is.
+INPUT_ERRORS = (ValueError, TypeError, ArithmeticError, IndexError)
+
+
+def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[str, dict]:
+    """The schedule as the source of one Python function, and the names it uses.
+
+    ``run(values)`` takes the leaves' values (in their slots) and returns the results:
+    one line per op, ``v7 = f7(v3, v5)`` with ``f7`` the op's ``compute`` (its settings
+    bound), and a ``del`` after each value's last use. It is what the schedule loop
+    does, minus the loop: no lookups in lists, no checks, the same calls in the same
+    order.
+    """
+    lines = ["def run(values):"]
+    names: dict[str, Any] = {}
+    for i, (node, input_slots, frees) in enumerate(steps):
+        if node.op.is_leaf:
+            lines.append(f"    v{i} = values[{i}]")
+        else:
+            compute = node.op.compute
+            names[f"f{i}"] = functools.partial(compute, **node.attrs) if node.attrs else compute
+            args = ", ".join(f"v{j}" for j in input_slots)
+            lines.append(f"    v{i} = f{i}({args})  # {node.op.name}")
+        if frees:
+            lines.append(f"    del {', '.join(f'v{j}' for j in frees)}")
+    lines.append(f"    return [{', '.join(f'v{i}' for i in result_slots)}]")
+    return "\n".join(lines) + "\n", names
+
+
+class StraightLine:
+    """A schedule's compiled function, used for the leaf dtypes a checked run has seen.
+
+    Every check an op makes depends on dtypes, and the leaves' dtypes decide all the
+    others, so a run with dtypes seen before needs no checks.
+    """
+
+    def __init__(self, steps: Sequence[Step], result_slots: Sequence[int]):
+        self.steps, self.result_slots = steps, list(result_slots)
+        self.leaf_slots = [i for i, (node, _, _) in enumerate(steps) if node.op.is_leaf]
+        self.checked: set[tuple] = set()
+        self.source: str | None = None  # the function's text, once compiled
+        self._function = None
+
+    def dtypes(self, values: list) -> tuple:
+        """The leaves' dtypes: what a checked run vouches for."""
+        return tuple(backend.dtype_of(values[i]) or type(values[i]) for i in self.leaf_slots)
+
+    def run(self, values: list) -> list | None:
+        """The results, or None when a checked run must be made (dtypes not seen yet,
+        or an op refused its inputs: the checked run then says how)."""
+        if self.dtypes(values) not in self.checked:
+            return None
+        try:
+            return self.function()(values)  # reads the leaves' slots, writes none
+        except INPUT_ERRORS:
+            return None
+
+    def function(self):
+        if self._function is None:
+            self.source, names = straight_line(self.steps, self.result_slots)
+            exec(compile(self.source, "<autodiff.Executor>", "exec"), names)
+            self._function = names["run"]
+        return self._function
