@@ -13,7 +13,7 @@ array would upcast it. That is why ``2 * x`` never changes the dtype of ``x``.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -151,6 +151,21 @@ def synchronize() -> None:
     before the kernels finish, so timings must synchronise first."""
     if _cupy is not None and "gpu" in available_devices():  # CuPy without a GPU: nothing queued
         _cupy.cuda.Device().synchronize()
+
+
+@contextmanager
+def worker_stream(values: Sequence[Any]) -> Iterator[None]:
+    """For a worker of the parallel executor: GPU kernels launched inside go to a new
+    CUDA stream, which is waited for at the end, so that the value is complete before
+    another worker's stream reads it. On the CPU, nothing."""
+    xp = namespace(*values)
+    if xp is np:
+        yield
+        return
+    stream = xp.cuda.Stream(non_blocking=True)
+    with stream:
+        yield
+    stream.synchronize()
 
 
 def memory_info() -> dict[str, int]:

@@ -17,12 +17,14 @@ The Executor's arguments add strategies, each from its own module, around that l
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import backend, fusion, passes
 from .fusion import FusionReport
 from .graph import Node, Placeholder, TensorLeaf, describe, find_topo_sort
+from .parallel import Event, ParallelRun, as_workers, widest_level
 from .passes import OptimizeReport
 from .scheduling import Compute, fill_leaves, resolve_feeds, run_schedule, schedule
 from .straight_line import StraightLine
@@ -65,6 +67,7 @@ class Executor:
         *,
         optimize: bool = False,
         fuse: bool = False,
+        workers: int = 1,
     ):
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         for node in self.nodes:
@@ -78,6 +81,11 @@ class Executor:
                 f"Executor: plan= with {flag}=True would plan one graph and run another. "
                 f"{flag.capitalize()} first, then plan the result: small, _ = "
                 f"ad.{rewrite}(nodes); Executor(small, plan=ad.memory.plan(small, feed))"
+            )
+        if plan is not None and as_workers(workers) > 1:
+            raise ValueError(
+                "Executor: plan= with workers > 1: a memory plan shares buffers between "
+                "steps in its order, which workers running at once would not keep. Use one."
             )
         self.optimize_report: OptimizeReport | None = None
         self.fusion_report: FusionReport | None = None
@@ -103,6 +111,16 @@ class Executor:
         }
         result_slots = [self._slot[node] for node in self._run_nodes]
         self._compiled = None if plan is not None else StraightLine(self._steps, result_slots)
+        # Workers for a graph with nodes to run side by side; a chain runs in the loop.
+        self._parallel = None
+        if as_workers(workers) > 1 and widest_level(self._steps) > 1:
+            self._parallel = ParallelRun(self._steps, set(result_slots), workers)
+            weakref.finalize(self, self._parallel.close)
+
+    @property
+    def trace(self) -> list[Event]:
+        """With ``workers``: which node ran on which worker in the last run, and when."""
+        return [] if self._parallel is None else self._parallel.trace
 
     @property
     def source(self) -> str | None:
@@ -118,13 +136,21 @@ class Executor:
             order = find_topo_sort(self.nodes, descend=lambda n: n not in feeds)
             (steps, slot), compiled = schedule(order, set(self.nodes)), None
         values = fill_leaves(steps, [feeds.get(node) for node, _, _ in steps])
+        if self._parallel is not None and steps is self._steps:  # the workers' schedule
+            self._parallel.run(values)
+            return self._results(values, slot)
         results = compiled.run(values) if compiled is not None else None
         if results is None:  # the checked run: every op's checks, readable errors
             dtypes = compiled.dtypes(values) if compiled is not None else ()
             run_schedule(steps, values, self._compute())
-            results = [values[slot[node]] for node in self._run_nodes]
             if compiled is not None:
                 compiled.checked.add(dtypes)  # later runs with these dtypes: compiled
+            return self._results(values, slot)
+        return self._results(results)
+
+    def _results(self, values: list, slot: dict | None = None) -> list:
+        """The outputs (from their slots, if ``slot``), copied where they are leaves."""
+        results = values if slot is None else [values[slot[node]] for node in self._run_nodes]
         return [_copy_of(r) if i in self._copied_outputs else r for i, r in enumerate(results)]
 
     def _compute(self) -> Compute | None:

@@ -204,7 +204,25 @@ class _Device:
         pass
 
 
-cuda = SimpleNamespace(runtime=SimpleNamespace(getDeviceCount=lambda: 1), Device=_Device)
+class _Stream:
+    """A CUDA stream: kernels launched inside ``with stream:`` queue on it."""
+
+    def __init__(self, non_blocking=False):
+        self.synchronized = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def synchronize(self) -> None:
+        self.synchronized = True
+
+
+cuda = SimpleNamespace(
+    runtime=SimpleNamespace(getDeviceCount=lambda: 1), Device=_Device, Stream=_Stream
+)
 
 
 def asarray(data, dtype=None):
