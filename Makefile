@@ -140,6 +140,7 @@ hub: $(VENV)/.installed-hub $(HUB_STATE)/proxy/node_modules/.bin/configurable-ht
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_training.py
+	$(BIN)/python benchmarks/bench_parallel.py
 
 # On a machine with an NVIDIA GPU (CUDA 12): CuPy from the gpu extra, PyTorch with CUDA.
 bench-gpu: $(VENV)/.installed-bench $(VENV)/.installed-gpu

@@ -22,6 +22,7 @@ from . import (
     numerical,
     ops,
     optim,
+    parallel,
     passes,
     static_shapes,
     symbolic,

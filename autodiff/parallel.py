@@ -154,6 +154,29 @@ class _Run:
         self.waiting, self.unread = [0] * self.n, [0] * self.n
 
 
+def plot_trace(trace: Sequence[Event], ax: Any = None) -> Any:
+    """A run's timeline (``Executor.trace``): a row per worker, a bar per node from its
+    start to its end, in milliseconds, coloured by op. Returns the matplotlib axes."""
+    import matplotlib.pyplot as plt
+
+    workers = sorted({event.worker for event in trace})
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.8 + 0.5 * len(workers)))
+    colours = plt.get_cmap("tab10")
+    ops = {name: k for k, name in enumerate(dict.fromkeys(e.node.op.name for e in trace))}
+    for event in trace:
+        start, width = 1e3 * event.start, 1e3 * (event.end - event.start)
+        colour = colours(ops[event.node.op.name] % 10)
+        ax.broken_barh([(start, width)], (event.worker - 0.4, 0.8), color=colour, ec="white")
+    for name, k in ops.items():
+        ax.bar(0, 0, color=colours(k % 10), label=name)  # the legend's entries
+    ax.set_yticks(workers, [f"worker {w}" for w in workers])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the start of the run")
+    ax.legend(loc="upper left", bbox_to_anchor=(1, 1), frameon=False)
+    return ax
+
+
 def widest_level(steps: Sequence[Step]) -> int:
     """The most computed steps that could run at once (the widest level of the graph)."""
     level: list[int] = []
