@@ -85,6 +85,7 @@ __all__ = [
     "numerical",
     "ops",
     "optim",
+    "parallel",
     "passes",
     "static_shapes",
     "symbolic",

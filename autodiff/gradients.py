@@ -29,12 +29,13 @@ from .scheduling import fill_values
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cycle collector while a transform builds thousands of nodes.
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while the block builds thousands of nodes: for a
+    caller that builds graphs in a loop (``nn.train``'s define-by-run steps).
 
     Graphs are acyclic, so reference counting frees them without the collector. Its
-    scans, triggered by every few hundred new objects, would walk the whole heap: in a
-    process that has imported PyTorch this doubled the time of a backward pass.
+    scans, triggered by every few hundred new objects, walk the whole heap: in a
+    process that has imported PyTorch they doubled the time of a backward pass.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -189,16 +190,15 @@ def gradients(
     imperative = output.value is not None and (output_grad is None or output_grad.value is not None)
     # Build the whole gradient graph first, then compute only what the results need:
     # a rule may build gradients for inputs nobody asked about (d input in a first layer).
-    with _collector_paused():
-        with deferred() as built:
-            if output_grad is None:
-                output_grad = ones_like(output)
-            recompute = None
-            if checkpoint is not None:
-                recompute = Recomputation(choose_checkpoints(output, checkpoint))
-            grads = reverse_pass(output, wrt, output_grad, recompute, steps=steps)
-        if imperative:  # a placeholder the output does not need keeps a symbolic zeros_like
-            fill_values([g for g, x in zip(grads, wrt, strict=True) if x.value is not None], built)
+    with deferred() as built:
+        if output_grad is None:
+            output_grad = ones_like(output)
+        recompute = None
+        if checkpoint is not None:
+            recompute = Recomputation(choose_checkpoints(output, checkpoint))
+        grads = reverse_pass(output, wrt, output_grad, recompute, steps=steps)
+    if imperative:  # a placeholder the output does not need keeps a symbolic zeros_like
+        fill_values([g for g, x in zip(grads, wrt, strict=True) if x.value is not None], built)
     return grads
 
 
@@ -236,9 +236,8 @@ def jvp_graph(output: Node, wrt: Sequence[Node], tangents: Sequence) -> Node:
         raise ValueError(f"jvp_graph: {len(wrt)} inputs but {len(tangents)} tangents.")
     tangent = {x: as_node(t) for x, t in zip(wrt, tangents, strict=True)}
     imperative = output.value is not None and all(t.value is not None for t in tangent.values())
-    with _collector_paused():
-        result = forward_pass(output, tangent)
-        if imperative and result.value is None:
-            # Tangent rules may read nodes of a gradient graph whose values were not kept.
-            fill_values([result])
+    result = forward_pass(output, tangent)
+    if imperative and result.value is None:
+        # Tangent rules may read nodes of a gradient graph whose values were not kept.
+        fill_values([result])
     return result

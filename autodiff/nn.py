@@ -24,7 +24,7 @@ from typing import Any
 
 from . import backend, data
 from .executor import Executor
-from .gradients import gradients
+from .gradients import collector_paused, gradients
 from .graph import Node, TensorLeaf, Variable, constant, tensor
 from .ops import matmul, mean, relu, sigmoid, softmax_cross_entropy, tanh
 
@@ -180,8 +180,9 @@ def _step_function(model: Module, loss_fn: Callable, x: Any, y: Any, compiled: b
     if not compiled:  # define-by-run: a new graph for every batch
 
         def rebuild_and_run(xb, yb):
-            loss = loss_fn(model(constant(xb)), constant(yb))
-            return [loss.value, *[g.value for g in gradients(loss, params)]]
+            with collector_paused():  # thousands of new nodes a step, no cycles
+                loss = loss_fn(model(constant(xb)), constant(yb))
+                return [loss.value, *[g.value for g in gradients(loss, params)]]
 
         return rebuild_and_run
     x_var = Variable("x", shape=(None, *x.shape[1:]), dtype=x.dtype)

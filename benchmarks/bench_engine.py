@@ -9,7 +9,8 @@ Benchmarks: ``chain`` (999 elementwise ops, forward + backward, on 1 and 1000 el
 ``mlp-small`` (64-128-10 training step), ``mlp-large`` (784-1024-1024-10) and ``memory``
 (tracemalloc peak of one mlp-large step). Each peer is optional: a missing one prints
 "not installed". Timings are medians over interleaved repeats (peers take turns, so a
-slow spell of a noisy machine hits all of them), with the garbage collector on.
+slow spell of a noisy machine hits all of them), with the garbage collector on (autodiff's
+define-by-run steps pause it while gradients are built, as its training loop does).
 """
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 import autodiff as ad
+from autodiff.gradients import collector_paused
 
 N_OPS = 999
 CYCLE = "sin, tanh, x * 1.01"  # repeated 333 times; bounded, so no overflow
 LR = 0.01  # plain SGD, in place, the same for every peer: p -= LR * grad
 IMP, SYM = "autodiff imperative", "autodiff symbolic"
+# autodiff's define-by-run steps pause the cycle collector while gradients are built,
+# as ad.nn's training loop does (graphs are acyclic; see gradients.collector_paused).
+PAUSED = collector_paused
 
 
 class Skip(Exception):
@@ -89,7 +94,9 @@ def chain_imperative(data):
     def step():
         x = ad.tensor(data)
         y = apply_chain(x, ad.sin, ad.tanh).sum()
-        return y.value, [g.value for g in ad.gradients(y, [x])]
+        with PAUSED():  # as ad.nn's loop does (gradients() used to, inside)
+            grads = ad.gradients(y, [x])
+        return y.value, [g.value for g in grads]
 
     return step
 
@@ -211,7 +218,8 @@ def mlp_imperative(params, x, labels):
 
     def step():
         loss = ad_loss(xc, ps, yc)
-        grads = [g.value for g in ad.gradients(loss, ps)]
+        with PAUSED():
+            grads = [g.value for g in ad.gradients(loss, ps)]
         sgd(grads)
         return loss.value, grads
 
