@@ -154,18 +154,20 @@ def synchronize() -> None:
 
 
 @contextmanager
-def worker_stream(values: Sequence[Any]) -> Iterator[None]:
-    """For a worker of the parallel executor: GPU kernels launched inside go to a new
-    CUDA stream, which is waited for at the end, so that the value is complete before
-    another worker's stream reads it. On the CPU, nothing."""
+def worker_stream(values: Sequence[Any], streams: dict[int, Any], worker: int) -> Iterator[None]:
+    """For worker ``worker`` of the parallel executor: GPU kernels launched inside go to
+    the worker's own CUDA stream (made at its first GPU node, kept in ``streams``), which
+    is waited for at the end, so that the value is complete before another worker's
+    stream reads it. On the CPU, nothing."""
     xp = namespace(*values)
     if xp is np:
         yield
         return
-    stream = xp.cuda.Stream(non_blocking=True)
-    with stream:
+    if worker not in streams:
+        streams[worker] = xp.cuda.Stream(non_blocking=True)
+    with streams[worker]:
         yield
-    stream.synchronize()
+    streams[worker].synchronize()
 
 
 def memory_info() -> dict[str, int]:

@@ -58,6 +58,7 @@ class ParallelRun:
         self.trace: list[Event] = []  # the last run's
         self._ready: queue.SimpleQueue = queue.SimpleQueue()  # (run, step), None: stop
         self._lock = threading.Lock()
+        self._streams: dict[int, Any] = {}  # worker -> its CUDA stream, on the GPU
         self._threads = [
             threading.Thread(target=self._serve, args=(k,), daemon=True, name=f"autodiff-{k}")
             for k in range(workers)
@@ -102,7 +103,7 @@ class ParallelRun:
         args = [run.values[j] for j in input_slots]
         start = time.perf_counter()
         try:
-            with backend.worker_stream(args):  # a CUDA stream per worker; nothing on the CPU
+            with backend.worker_stream(args, self._streams, worker):  # GPU: its own stream
                 value = (
                     node.op.run(args, node.attrs)
                     if run.compute is None

@@ -133,6 +133,10 @@ def test_workers_on_the_gpu_use_a_stream_each_and_give_the_same_values():
     out = towers(x)
     feed = {x: ad.backend.asarray(np.linspace(-1, 1, 256), device="gpu")}
     sequential = ad.Executor([out]).run(feed)[0]
-    parallel = ad.Executor([out], workers=2).run(feed)[0]
+    executor = ad.Executor([out], workers=2)
+    parallel = executor.run(feed)[0]
     assert ad.backend.device_of(parallel) == "gpu"
+    streams = executor._parallel._streams  # one per worker that ran a node
+    assert set(streams) == {event.worker for event in executor.trace}
+    assert len({id(stream) for stream in streams.values()}) == len(streams)
     np.testing.assert_array_equal(ad.backend.to_numpy(parallel), ad.backend.to_numpy(sequential))
