@@ -81,33 +81,31 @@ def fill_values(nodes: Sequence[Node], built: Sequence[Node] = ()) -> None:
     results need are computed, and intermediate values are freed as soon as possible.
     ``built`` (the nodes ``deferred()`` recorded, a topological order) saves a sort.
     """
-    if built and _fill_from_built(nodes, built):
-        return
-    topo_order = find_topo_sort(nodes, descend=lambda n: n.value is None)
-    steps, slot = schedule(topo_order, set(nodes))
-    values = run_schedule(steps, fill_leaves(steps, [n.value for n in topo_order]))
+    order = _order_from_built(nodes, built) if built else None
+    if order is None:
+        order = find_topo_sort(nodes, descend=lambda n: n.value is None)
+    steps, slot = schedule(order, set(nodes))
+    values = run_schedule(steps, fill_leaves(steps, [n.value for n in order]))
     for node in nodes:
-        node.value = values[slot[node]]
+        if node in slot:  # (a node not built here may hold its value already)
+            node.value = values[slot[node]]
 
 
-def _fill_from_built(nodes: Sequence[Node], built: Sequence[Node]) -> bool:
-    """``fill_values`` in the creation order of ``built``; False if that is not enough."""
-    built_set = set(built)
-    needed = set(nodes)
+def _order_from_built(nodes: Sequence[Node], built: Sequence[Node]) -> list[Node] | None:
+    """The values read, then the nodes to compute in the creation order of ``built``: a
+    topological order with no sort. None if a symbolic node from elsewhere is needed."""
+    built_set, needed = set(built), set(nodes)
+    known: dict[Node, None] = {}  # inputs holding values, in order of first use
     for node in reversed(built):
         if node in needed:
             for x in node.inputs:
-                if x.value is None:
-                    if x not in built_set:
-                        return False  # a symbolic node from elsewhere: sort properly
+                if x.value is not None:
+                    known[x] = None
+                elif x in built_set:
                     needed.add(x)
-    order = [node for node in built if node in needed]
-    steps, _ = schedule(order, set(nodes))
-    for node, _, frees in steps:
-        node.value = node.op.run([x.value for x in node.inputs], node.attrs)
-        for j in frees:
-            order[j].value = None  # an intermediate adjoint: free it
-    return True
+                else:
+                    return None  # a symbolic node from elsewhere: sort properly
+    return [*reversed(known), *(node for node in built if node in needed)]
 
 
 def resolve_feeds(leaves: Sequence[Node], feed_dict: dict) -> dict[Node, Any]:
