@@ -55,6 +55,7 @@ from .graph import (
 )
 from .ops.elementwise import Elementwise, OnesLike, ZerosLike
 from .passes import PassReport, check_outputs, copy_node, count_nodes
+from .scheduling import last_reads
 
 # The most ops in one kernel: longer runs are cut into several (compile time grows with
 # the kernel's length, and a run of thousands would gain nothing more).
@@ -112,15 +113,9 @@ class Program:
     @functools.cached_property
     def _frees(self) -> list[list[int]]:
         """For each instruction, the slots that no later instruction reads."""
-        last_use = {}
-        for k, instruction in enumerate(self.instructions):
-            for a in instruction.args:
-                if not isinstance(a, Literal):
-                    last_use[a] = k
-        frees: list[list[int]] = [[] for _ in self.instructions]
-        for slot, k in last_use.items():
-            frees[k].append(slot)
-        return frees
+        return last_reads(
+            [[a for a in ins.args if not isinstance(a, Literal)] for ins in self.instructions]
+        )
 
     def __hash__(self) -> int:
         return self._hash

@@ -9,7 +9,7 @@ arrays) into checked values for a graph's leaves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 from . import backend
@@ -26,20 +26,23 @@ def schedule(topo_order: Sequence[Node], keep: set[Node]) -> tuple[list[Step], d
     never computed, so it gets no input slots.
     """
     slot = {node: i for i, node in enumerate(topo_order)}
-    last_use: dict[Node, int] = {}
-    for step, node in enumerate(topo_order):
-        for x in node.inputs:
-            if x in slot:
-                last_use[x] = step
-    frees: list[list[int]] = [[] for _ in topo_order]
-    for x, step in last_use.items():
-        if x not in keep:
-            frees[step].append(slot[x])
-    steps = []
-    for i, node in enumerate(topo_order):
-        input_slots = [slot[x] for x in node.inputs if x in slot]
-        steps.append((node, input_slots, frees[i]))
-    return steps, slot
+    reads = [[slot[x] for x in node.inputs if x in slot] for node in topo_order]
+    frees = last_reads(reads, keep={slot[node] for node in keep if node in slot})
+    return list(zip(topo_order, reads, frees, strict=True)), slot
+
+
+def last_reads(reads: Sequence[Sequence[int]], keep: Container[int] = ()) -> list[list[int]]:
+    """For each step (``reads[k]``: the slots step k reads), the slots it is the last to
+    read, but those in ``keep``: what can be freed once it has run."""
+    last: dict[int, int] = {}
+    for step, slots in enumerate(reads):
+        for j in slots:
+            last[j] = step
+    frees: list[list[int]] = [[] for _ in reads]
+    for j, step in last.items():
+        if j not in keep:
+            frees[step].append(j)
+    return frees
 
 
 def run_schedule(steps: Sequence[Step], values: list, compute: Compute | None = None) -> list:
