@@ -12,7 +12,8 @@ The Executor's arguments add strategies, each from its own module, around that l
 * ``plan=`` (memory.py) orders the schedule as planned and computes each step into its
   planned buffer;
 * after a checked run, runs with the same leaf dtypes call the schedule compiled into
-  one Python function (straight_line.py; ``Executor.source`` shows it).
+  one Python function (straight_line.py; ``Executor.source`` shows it);
+* ``workers=N`` (parallel.py) runs the nodes that are ready at once on N threads.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class Executor:
     ``fuse=True`` runs each group of elementwise ops as one node, which is one kernel
     on the GPU (``autodiff.fusion``; ``fusion_report`` lists the groups). On the CPU
     the values are the same, bit for bit. Only placeholders and tensors may be fed.
+
+    ``workers=N`` runs nodes that do not depend on each other at the same time, on N
+    threads (``autodiff.parallel``; ``trace`` says which ran where, and when): the same
+    values, bit for bit, faster where the ops are large. A chain stays in the loop.
 
     >>> import autodiff as ad
     >>> x = ad.Variable("x")
