@@ -161,7 +161,7 @@ def assign_buffers(steps, specs, views, held) -> _Assignment:
     """Greedy buffer sharing, step by step: write in place over a dying input if the op
     allows it, else reuse a free buffer of the same bytes and dtype, else take a new one.
 
-    Only ops that take ``out=`` write into planned buffers; any other op's result is
+    Only ops with a ``compute_into`` write into planned buffers; any other op's result is
     its own (private) buffer, freed after its last use and never shared.
     """
     plan = _Assignment()
