@@ -87,7 +87,8 @@ class Executor:
                 f"{flag.capitalize()} first, then plan the result: small, _ = "
                 f"ad.{rewrite}(nodes); Executor(small, plan=ad.memory.plan(small, feed))"
             )
-        if plan is not None and as_workers(workers) > 1:
+        workers = as_workers(workers)
+        if plan is not None and workers > 1:
             raise ValueError(
                 "Executor: plan= with workers > 1: a memory plan shares buffers between "
                 "steps in its order, which workers running at once would not keep. Use one."
@@ -118,7 +119,7 @@ class Executor:
         self._compiled = None if plan is not None else StraightLine(self._steps, result_slots)
         # Workers for a graph with nodes to run side by side; a chain runs in the loop.
         self._parallel = None
-        if as_workers(workers) > 1 and widest_level(self._steps) > 1:
+        if workers > 1 and widest_level(self._steps) > 1:
             self._parallel = ParallelRun(self._steps, set(result_slots), workers)
             weakref.finalize(self, self._parallel.close)
 

@@ -138,9 +138,10 @@ def _judge(path: Path, published: list[str], prefix: str | None = None) -> Submi
         return entry.refuse(f"unreadable time {match['time']!r} in its name")
     if path.is_symlink() or not path.is_dir():
         return entry.refuse("a link or a file, not a submission's folder")
-    if prefix is not None and exchange.owner(path) != prefix + entry.student:
+    made_by = exchange.owner(path) if prefix is not None else None
+    if prefix is not None and made_by != prefix + entry.student:
         return entry.refuse(
-            f"made by the account {exchange.owner(path)}, not by {prefix}{entry.student}: "
+            f"made by the account {made_by}, not by {prefix}{entry.student}: "
             f"a submission under another student's id"
         )
     if not os.access(path, os.R_OK | os.X_OK):

@@ -50,7 +50,7 @@ def write_accounts(exchange: Path, prefix: str) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     with os.fdopen(os.open(declared, flags, 0o644), "w") as file:
         json.dump({"account_prefix": prefix}, file)
-    declared.chmod(0o644)  # the hub's umask is 077
+    declared.chmod(0o644)  # whatever the umask took away
 
 
 class CourseSpawner(LocalProcessSpawner):

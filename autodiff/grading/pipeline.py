@@ -38,13 +38,14 @@ def release(root: Path, publish: bool = True) -> None:
         print(f"released {assignment} -> assignments/{assignment}/")
         if publish:
             exchange.publish(root, assignment)
-    if not publish:
-        return
-    # nbgrader makes missing folders but leaves the modes of existing ones alone
-    exchange.stop_on_problems(root, "the assignments are published, but students cannot use them")
-    note = exchange.unreachable(root)
-    if note:
-        print(note)
+    if publish:
+        # nbgrader makes missing folders but leaves the modes of existing ones alone
+        exchange.stop_on_problems(
+            root, "the assignments are published, but students cannot use them"
+        )
+        note = exchange.unreachable(root)
+        if note:
+            print(note)
 
 
 # --- feedback and grades ------------------------------------------------------------

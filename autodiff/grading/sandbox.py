@@ -207,22 +207,25 @@ def _system_mounts() -> list[str]:
     return args
 
 
-def _python_paths() -> list[str]:
-    """Python, the virtual environment, and the autodiff package (read-only)."""
+def _package() -> Path:
+    """The autodiff package this grader runs (bound into the sandbox, on its path)."""
     import autodiff
 
-    paths = {sys.base_prefix, sys.prefix, str(Path(autodiff.__file__).parent)}
+    return Path(autodiff.__file__).parent
+
+
+def _python_paths() -> list[str]:
+    """Python, the virtual environment, and the autodiff package (read-only)."""
+    paths = {sys.base_prefix, sys.prefix, str(_package())}
     return sorted(p for p in paths if not p.startswith("/usr/"))
 
 
 def _sandbox_env() -> dict[str, str]:
-    import autodiff
-
     env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
     bin_folder = str(Path(sys.executable).parent)
     return env | {
         # the autodiff package bound in (the grader's own), whichever way it was installed
-        "PYTHONPATH": str(Path(autodiff.__file__).parent.parent),
+        "PYTHONPATH": str(_package().parent),
         "HOME": HOME,
         "PATH": f"{bin_folder}:/usr/local/bin:/usr/bin:/bin",
         "IPYTHONDIR": f"{HOME}/.ipython",
