@@ -55,7 +55,7 @@ from .graph import (
 )
 from .ops.elementwise import Elementwise, OnesLike, ZerosLike
 from .passes import PassReport, check_outputs, copy_node, count_nodes
-from .scheduling import last_reads
+from .scheduling import last_reads, run_schedule
 
 # The most ops in one kernel: longer runs are cut into several (compile time grows with
 # the kernel's length, and a run of thousands would gain nothing more).
@@ -96,25 +96,37 @@ class Program:
     def slots(
         self, inputs: Sequence[Any], apply: Callable[[Op, list, dict], Any], free: bool = False
     ) -> list:
-        """Every slot's value, computing each instruction with ``apply(op, args, attrs)``;
-        ``free=True`` lets go of each value after its last use (as an Executor does)."""
-        values = list(inputs)
-        for instruction, frees in zip(self.instructions, self._frees, strict=True):
-            args = [a.value if isinstance(a, Literal) else values[a] for a in instruction.args]
-            values.append(apply(instruction.op, args, dict(instruction.attrs)))
-            for slot in frees if free else ():
-                values[slot] = None
-        return values
+        """Every slot's value, computing each instruction with ``apply(op, args, attrs)``
+        by the Executor's loop (``run_schedule``); ``free=True`` lets go of each value
+        after its last use, as an Executor does."""
+
+        def compute(instruction: Instruction, input_vals: list) -> Any:
+            read = iter(input_vals)  # the slots' values, with the literals put back
+            args = [a.value if isinstance(a, Literal) else next(read) for a in instruction.args]
+            return apply(instruction.op, args, dict(instruction.attrs))
+
+        values = [*inputs, *[None] * len(self.instructions)]
+        steps = self._steps if free else [(ins, reads, []) for ins, reads, _ in self._steps]
+        return run_schedule(steps, values, compute)
 
     def run(self, inputs: Sequence[Any], apply: Callable[[Op, list, dict], Any]) -> Any:
         """The result, each value let go of after its last use."""
         return self.slots(inputs, apply, free=True)[-1]
 
     @functools.cached_property
-    def _frees(self) -> list[list[int]]:
-        """For each instruction, the slots that no later instruction reads."""
-        return last_reads(
-            [[a for a in ins.args if not isinstance(a, Literal)] for ins in self.instructions]
+    def _steps(self) -> list[tuple[Any, list[int], list[int]]]:
+        """The schedule: a step per slot (the inputs' have nothing to compute), each
+        instruction's slots read, and the slots no later instruction reads."""
+        reads: list[list[int]] = [[] for _ in range(self.n_inputs)] + [
+            [a for a in ins.args if not isinstance(a, Literal)] for ins in self.instructions
+        ]
+        return list(
+            zip(
+                [None] * self.n_inputs + list(self.instructions),
+                reads,
+                last_reads(reads),
+                strict=True,
+            )
         )
 
     def __hash__(self) -> int:

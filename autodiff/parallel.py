@@ -69,7 +69,7 @@ class ParallelRun:
     def run(self, values: list, compute: Compute | None = None) -> list:
         """Compute every slot of ``values`` that is None; the others (leaves, fed nodes)
         are ready from the start. Returns ``values``, freed as the sequential loop frees."""
-        run = _Run(values, compute, len(self.steps))
+        run = _Run(values, compute)
         for i, (_, input_slots, _) in enumerate(self.steps):
             if values[i] is None:
                 run.left += 1
@@ -142,7 +142,6 @@ class _Run:
 
     values: list
     compute: Compute | None
-    n: int
     left: int = 0  # steps still to compute
     error: BaseException | None = None
     started: float = field(default_factory=time.perf_counter)
@@ -152,7 +151,7 @@ class _Run:
     unread: list[int] = field(init=False)  # consumers yet to run, per slot
 
     def __post_init__(self) -> None:
-        self.waiting, self.unread = [0] * self.n, [0] * self.n
+        self.waiting, self.unread = [0] * len(self.values), [0] * len(self.values)
 
 
 def plot_trace(trace: Sequence[Event], ax: Any = None) -> Any:

@@ -10,13 +10,14 @@ arrays) into checked values for a graph's leaves.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from . import backend
 from .graph import Constant, Node, Placeholder, ShapeError, find_topo_sort
 
 Step = tuple[Node, list[int], list[int]]  # node, input slots, slots to free after it
 Compute = Callable[[Node, list], Any]  # (node, its inputs' values) -> its value
+T = TypeVar("T")  # what a step computes: a node, or a fused kernel's instruction
 
 
 def schedule(topo_order: Sequence[Node], keep: set[Node]) -> tuple[list[Step], dict]:
@@ -45,16 +46,21 @@ def last_reads(reads: Sequence[Sequence[int]], keep: Container[int] = ()) -> lis
     return frees
 
 
-def run_schedule(steps: Sequence[Step], values: list, compute: Compute | None = None) -> list:
+def run_schedule(
+    steps: Sequence[tuple[T, list[int], list[int]]],
+    values: list,
+    compute: Callable[[T, list], Any] | None = None,
+) -> list:
     """The loop of the lecture: for each step, compute its node from its inputs' values
     (unless it has one already: a leaf, a fed node), then free the values nobody needs
     any more. ``compute(node, input_vals)`` is ``node.op.run`` unless a strategy gives
-    another (a memory plan writes into its buffers)."""
+    another (a memory plan writes into its buffers; a fused kernel's steps are its
+    instructions)."""
     for i, (node, input_slots, frees) in enumerate(steps):
         if values[i] is None:
             input_vals = [values[j] for j in input_slots]
             if compute is None:
-                values[i] = node.op.run(input_vals, node.attrs)
+                values[i] = node.op.run(input_vals, node.attrs)  # type: ignore[attr-defined]
             else:
                 values[i] = compute(node, input_vals)
         for j in frees:
