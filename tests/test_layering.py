@@ -134,6 +134,36 @@ def test_no_module_imports_another_modules_private_names():
     assert not found, "\n".join(found)
 
 
+def layers(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each module's floor: 0 imports no other module of the package, and every module
+    stands one floor above the highest it imports (defined when there is no cycle)."""
+    floor: dict[str, int] = {}
+
+    def floor_of(name: str) -> int:
+        if name not in floor:
+            floor[name] = 1 + max((floor_of(t) for t in graph[name]), default=-1)
+        return floor[name]
+
+    for name in graph:
+        floor_of(name)
+    return floor
+
+
+# The core in the order a student reads it, each on a higher floor than the one before.
+CORE_UPWARDS = ["backend", "graph", "ops", "gradients", "executor"]
+
+
+def test_the_core_stands_on_floors_in_reading_order():
+    """``pytest -s -k floors`` draws the package's import structure, a floor per line."""
+    floor = layers(import_graph())
+    print("\nthe package's floors (a module imports only from floors below it):")
+    for k in sorted(set(floor.values()), reverse=True):
+        names = sorted(n.removeprefix("autodiff.") for n in floor if floor[n] == k)
+        print(f"  {k:2d} | {', '.join(names).replace('autodiff', '__init__')}")
+    core = [floor[f"autodiff.{name}"] for name in CORE_UPWARDS]
+    assert core == sorted(set(core)), dict(zip(CORE_UPWARDS, core, strict=True))
+
+
 def _write(folder: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         path = folder / "autodiff" / name
