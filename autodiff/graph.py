@@ -210,6 +210,15 @@ class Node:
     def T(self) -> Node:
         return OPERATORS["transpose"](self)
 
+    def __getitem__(self, index) -> Node:
+        return OPERATORS["getitem"](self, index)
+
+    def flatten(self, start: int = 0) -> Node:
+        return OPERATORS["flatten"](self, start)
+
+    def squeeze(self, axis=None) -> Node:
+        return OPERATORS["squeeze"](self, axis)
+
 
 class Spec(NamedTuple):
     """What shape inference knows of a value without computing it (see memory.py).

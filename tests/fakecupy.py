@@ -270,5 +270,8 @@ def __getattr__(name):
     """Every other NumPy function, on device arrays only; constants as they are."""
     attr = getattr(numpy, name)
     if callable(attr) and not isinstance(attr, type):
-        return functools.wraps(attr)(_on_device(attr))
+        function = functools.wraps(attr)(_on_device(attr))
+        if isinstance(attr, numpy.ufunc):  # cupy.add.at (CuPy 13): in place, on device arrays
+            function.at = _on_device(attr.at)
+        return function
     return attr

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -324,6 +325,149 @@ OP_CASES = {
     "softmax_cross_entropy": cross_entropies(),
     "fused": fused_ops(),
 }
+
+# -- indexing, joining and axes (issue 19) ------------------------------------------------
+
+
+@st.composite
+def indices(draw, shape):
+    """Any index NumPy takes for an array of ``shape``: basic (ints, slices with steps,
+    None, ...), integer arrays (repeats included) or a boolean mask; one that picks at
+    least one element (empty picks are tested on their own, in test_indexing.py)."""
+    kind = draw(st.sampled_from(["basic", "integers", "mask"]))
+    if kind == "basic":
+        index = hnp.basic_indices(shape, allow_newaxis=True, allow_ellipsis=True)
+    elif kind == "integers":
+        index = hnp.integer_array_indices(shape, result_shape=hnp.array_shapes(max_dims=2))
+    else:
+        axes = draw(st.integers(1, len(shape)))
+        index = hnp.arrays(np.bool_, shape[:axes])
+    return draw(index.filter(lambda i: np.zeros(shape)[i].size > 0))
+
+
+@st.composite
+def getitems(draw):
+    x = draw(arrays(draw(nonscalar_shapes)))
+    index = draw(indices(x.shape))
+    return Case(lambda a: a[index], [x], lambda a: a[index])
+
+
+@st.composite
+def scatters_like(draw):
+    shape = draw(nonscalar_shapes)
+    index = draw(indices(shape))
+    like = ad.constant(np.zeros(shape))
+    g = draw(arrays(np.zeros(shape)[index].shape))
+
+    def reference(g):
+        out = np.zeros(shape)
+        np.add.at(out, ad.ops.indexing.normalize_index(index), g)
+        return out
+
+    return Case(lambda a: ad.scatter_like(a, like, index), [g], reference)
+
+
+@st.composite
+def concatenations(draw):
+    shape = draw(nonscalar_shapes)
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    xs = []
+    for _ in range(draw(st.integers(1, 3))):
+        part = list(shape)
+        part[axis] = draw(st.integers(1, 3))
+        xs.append(draw(arrays(tuple(part))))
+    return Case(lambda *a: ad.concatenate(a, axis), xs, lambda *a: np.concatenate(a, axis=axis))
+
+
+@st.composite
+def split_parts(draw):
+    shape = draw(nonscalar_shapes)
+    axis = draw(st.integers(0, len(shape) - 1))
+    kind = draw(st.sampled_from(["equal", "indices", "likes"]))
+    if kind == "likes":  # as in concatenate's gradient: the parts are the likes' lengths
+        lengths = draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+        part = draw(st.integers(0, len(lengths) - 1))
+        likes = []
+        for n in lengths:
+            like_shape = list(shape)
+            like_shape[axis] = n
+            likes.append(ad.constant(np.zeros(like_shape)))
+        full = list(shape)
+        full[axis] = sum(lengths)
+        x = draw(arrays(tuple(full)))
+        edges = np.cumsum(lengths)[:-1]
+        return Case(
+            lambda a: ad.split_part(a, *likes, axis=axis, part=part),
+            [x],
+            lambda a: np.split(a, edges, axis=axis)[part],
+        )
+    if kind == "equal":
+        sections = draw(st.sampled_from([k for k in (1, 2, 3) if shape[axis] % k == 0]))
+        count = sections
+    else:
+        sections = tuple(sorted(draw(st.lists(st.integers(0, shape[axis]), max_size=2))))
+        count = len(sections) + 1
+    part = draw(st.integers(0, count - 1))
+    x = draw(arrays(shape))
+    return Case(
+        lambda a: ad.split(a, sections, axis)[part],
+        [x],
+        lambda a: np.split(a, sections, axis=axis)[part],
+    )
+
+
+@st.composite
+def squeezes(draw):
+    shape = draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=2))
+    ones = [i for i, n in enumerate(shape) if n == 1]
+    axis = draw(st.none() | (st.sampled_from(ones) if ones else st.none()))
+    x = draw(arrays(shape))
+    return Case(lambda a: ad.squeeze(a, axis), [x], lambda a: np.squeeze(a, axis))
+
+
+@st.composite
+def expand_dimses(draw):
+    x = draw(arrays(draw(shapes)))
+    axis = draw(st.integers(-x.ndim - 1, x.ndim))
+    return Case(lambda a: ad.expand_dims(a, axis), [x], lambda a: np.expand_dims(a, axis))
+
+
+@st.composite
+def flattens(draw):
+    x = draw(arrays(draw(shapes)))
+    start = draw(st.integers(0, max(x.ndim - 1, 0)))
+    return Case(lambda a: ad.flatten(a, start), [x], lambda a: a.reshape(a.shape[:start] + (-1,)))
+
+
+@st.composite
+def place_parts(draw):
+    case = draw(split_parts())
+    (x,) = case.args
+    node = case.fn(ad.constant(x))  # a split_part: place its part of a g back
+    assume(node.value.size > 0)  # (empty parts: tests/test_indexing.py)
+    like = ad.constant(np.zeros(x.shape))
+    g = draw(arrays(node.shape))
+    attrs = node.attrs
+    likes = node.inputs[1:]
+
+    def reference(g):
+        out = np.zeros(x.shape)
+        out[ad.ops.indexing._slab(x.shape, [y.value for y in likes], **attrs)] = g
+        return out
+
+    return Case(lambda a: ad.place_part(a, like, *likes, **attrs), [g], reference)
+
+
+OP_CASES.update(
+    getitem=getitems(),
+    place_part=place_parts(),
+    scatter_like=scatters_like(),
+    concatenate=concatenations(),
+    split_part=split_parts(),
+    squeeze=squeezes(),
+    expand_dims=expand_dimses(),
+    flatten=flattens(),
+)
 
 
 # -- symbolic expressions -----------------------------------------------------------------

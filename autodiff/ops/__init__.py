@@ -25,14 +25,26 @@ from .elementwise import (
     tanh,
     zeros_like,
 )
+from .indexing import (
+    concatenate,
+    getitem,
+    place_part,
+    scatter_like,
+    split,
+    split_part,
+    stack,
+)
 from .linalg import matmul
 from .losses import one_hot, softmax_cross_entropy, softmax_cross_entropy_composed
 from .reductions import count, log_softmax, logsumexp, mean, softmax, sum
 from .shape import (
     broadcast_like,
     broadcast_to,
+    expand_dims,
+    flatten,
     reshape,
     reshape_like,
+    squeeze,
     sum_to_like,
     transpose,
 )
@@ -49,9 +61,22 @@ OPERATORS.update(
     mean=mean,
     reshape=reshape,
     transpose=transpose,
+    getitem=getitem,
+    flatten=flatten,
+    squeeze=squeeze,
 )
 
 __all__ = [
+    "concatenate",
+    "expand_dims",
+    "flatten",
+    "getitem",
+    "place_part",
+    "scatter_like",
+    "split",
+    "split_part",
+    "squeeze",
+    "stack",
     "add",
     "broadcast_like",
     "broadcast_to",

@@ -7,9 +7,9 @@ two axes when its flag is set, as in BLAS. Leading axes are batch axes and broad
 from __future__ import annotations
 
 from ..backend import namespace
-from ..graph import Node, Op, ShapeError, Spec
+from ..graph import Node, Op, ShapeError, Spec, as_node
 from ..static_shapes import UNKNOWN, broadcast_shapes, has_rank, is_symbol, result_dtype
-from .shape import shape_of
+from .shape import expand_dims, shape_of, squeeze
 
 
 def _matrix_transpose(x):
@@ -75,9 +75,11 @@ class MatMul(Op):
         if len(sa) < 2 or len(sb) < 2:
             vector = sa if len(sa) < 2 else sb
             raise ShapeError(
-                f"matmul: inputs need at least 2 dimensions, got shapes {sa} and {sb}. "
-                f"Make the vector of shape {vector} a matrix, e.g. x.reshape((1, -1)) for a "
-                f"row or x.reshape((-1, 1)) for a column."
+                f"matmul: inputs need at least 2 dimensions here, got shapes {sa} and {sb}. "
+                f"ad.matmul treats a vector as NumPy does when it knows, as the graph is "
+                f"built, that it is one: declare the Variable's shape (ad.Variable('v', "
+                f"shape=(n,))), or make the vector of shape {vector} a matrix, e.g. "
+                f"x.reshape((1, -1)) for a row or x.reshape((-1, 1)) for a column."
             )
         inner_a = sa[-2] if trans_A else sa[-1]
         inner_b = sb[-1] if trans_B else sb[-2]
@@ -92,9 +94,26 @@ class MatMul(Op):
 def matmul(a, b, trans_A: bool = False, trans_B: bool = False) -> Node:
     """Matrix product op(a) @ op(b), where op transposes the last two axes if its flag is set.
 
+    NumPy's rule for vectors: a 1-D ``a`` is a row (1, n) and a 1-D ``b`` a column
+    (n, 1); the product's added axis is then taken away again (``expand_dims`` before,
+    ``squeeze`` after: their gradients do the rest). A transpose flag on a vector does
+    nothing, as ``v.T`` does nothing in NumPy.
+
     >>> import autodiff as ad
     >>> a = ad.tensor([[1.0, 2.0]])
     >>> ad.matmul(a, a, trans_B=True).value
     array([[5.]])
+    >>> (a @ ad.tensor([3.0, 4.0])).value
+    array([11.])
     """
-    return MatMul.apply(a, b, trans_A=bool(trans_A), trans_B=bool(trans_B))
+    a, b = as_node(a), as_node(b)
+    a_vector, b_vector = a.ndim == 1, b.ndim == 1
+    if not (a_vector or b_vector):
+        return MatMul.apply(a, b, trans_A=bool(trans_A), trans_B=bool(trans_B))
+    y = MatMul.apply(
+        expand_dims(a, 0) if a_vector else a,
+        expand_dims(b, -1) if b_vector else b,
+        trans_A=bool(trans_A) and not a_vector,
+        trans_B=bool(trans_B) and not b_vector,
+    )
+    return squeeze(y, (-2, -1) if a_vector and b_vector else -2 if a_vector else -1)

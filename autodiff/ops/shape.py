@@ -76,15 +76,27 @@ def sum_to_shape(x, shape: tuple[int, ...]):
     return x
 
 
+def _check_permutation(axes, ndim: int) -> None:
+    if axes is not None and sorted(a % ndim if -ndim <= a < ndim else a for a in axes) != list(
+        range(ndim)
+    ):
+        raise ShapeError(
+            f"transpose: axes {axes} are not a permutation of the {ndim} axes "
+            f"{tuple(range(ndim))}: name each axis once (or pass none to reverse them)."
+        )
+
+
 class Transpose(Op):
     """Y = transpose(X, axes);   dX = transpose(dY, inverse(axes));   Y' = transpose(X', axes)."""
 
     def compute(self, x, axes):
+        _check_permutation(axes, x.ndim)
         return x.transpose(axes)
 
     def infer(self, x, axes):
         if not has_rank(x.shape):
             return Spec(UNKNOWN, x.dtype, view=True)
+        _check_permutation(axes, len(x.shape))
         order = reversed(range(len(x.shape))) if axes is None else axes
         return Spec(tuple(x.shape[a] for a in order), x.dtype, view=True)
 
@@ -125,6 +137,97 @@ def reshape(x, shape) -> Node:
     """x with a new shape holding the same elements (one entry may be -1)."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return Reshape.apply(x, shape=shape)
+
+
+class Squeeze(Op):
+    """Y = X without the length-1 ``axis`` (all of them when None);   dX = reshape_like(dY, X);
+    Y' = squeeze(X', axis)."""
+
+    def compute(self, x, axis):
+        try:
+            return namespace(x).squeeze(x, axis=axis)
+        except ValueError:
+            raise ShapeError(
+                f"squeeze: axis {axis} of shape {tuple(x.shape)} has length > 1; only "
+                f"axes of length 1 can be removed."
+            ) from None
+
+    def infer(self, x, axis):
+        if not is_static(x.shape):
+            return Spec(UNKNOWN, x.dtype, view=True)
+        axes = range(len(x.shape)) if axis is None else normalize_axes(axis, len(x.shape))
+        if axis is not None and any(x.shape[a] != 1 for a in axes):
+            raise ShapeError(f"squeeze: axis {axis} of shape {x.shape} has length > 1.")
+        return Spec(
+            tuple(n for a, n in enumerate(x.shape) if not (a in axes and n == 1)),
+            x.dtype,
+            view=True,
+        )
+
+    def gradient(self, node, output_grad):
+        return [reshape_like(output_grad, node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return squeeze(x_dot, node.attrs["axis"])
+
+
+def squeeze(x, axis=None) -> Node:
+    """x without axes of length 1 (those in ``axis``, or all), as numpy.squeeze."""
+    return Squeeze.apply(x, axis=axis if axis is None or isinstance(axis, int) else tuple(axis))
+
+
+class ExpandDims(Op):
+    """Y = X with a new axis of length 1 at ``axis``;   dX = reshape_like(dY, X);
+    Y' = expand_dims(X', axis)."""
+
+    name = "expand_dims"
+
+    def compute(self, x, axis):
+        return namespace(x).expand_dims(x, axis)
+
+    def infer(self, x, axis):
+        if not has_rank(x.shape):
+            return Spec(UNKNOWN, x.dtype, view=True)
+        return Spec(_insert_ones(tuple(x.shape), axis), x.dtype, view=True)
+
+    def gradient(self, node, output_grad):
+        return [reshape_like(output_grad, node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return expand_dims(x_dot, node.attrs["axis"])
+
+
+def expand_dims(x, axis) -> Node:
+    """x with a new axis of length 1 at ``axis`` (or several), as numpy.expand_dims."""
+    return ExpandDims.apply(x, axis=axis if isinstance(axis, int) else tuple(axis))
+
+
+class Flatten(Op):
+    """Y = X with axes ``start`` .. last merged into one;   dX = reshape_like(dY, X);
+    Y' = flatten(X', start).
+
+    ``start=0`` gives a vector (numpy's x.ravel()); ``start=1`` keeps a batch axis
+    (PyTorch's flatten of images for a linear layer).
+    """
+
+    def compute(self, x, start):
+        return x.reshape(tuple(x.shape[:start]) + (-1,))
+
+    def infer(self, x, start):
+        if not has_rank(x.shape):
+            return Spec(UNKNOWN, x.dtype, view=True)
+        return Spec(_reshaped(x.shape, tuple(x.shape[:start]) + (-1,)), x.dtype, view=True)
+
+    def gradient(self, node, output_grad):
+        return [reshape_like(output_grad, node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return flatten(x_dot, node.attrs["start"])
+
+
+def flatten(x, start: int = 0) -> Node:
+    """x with its axes from ``start`` on merged into one (all of them: a vector)."""
+    return Flatten.apply(x, start=int(start))
 
 
 class BroadcastTo(Op):
