@@ -193,6 +193,24 @@ class Node:
     def __pos__(self):
         return self
 
+    def __abs__(self):
+        return OPERATORS["absolute"](self)
+
+    # Comparisons give boolean Nodes (x > 0 for ad.where). Not == and !=: Nodes are
+    # dict keys and set members (feed_dict, visited sets), compared by identity; use
+    # ad.equal / ad.not_equal. Python tries 0 < x as x > 0, so numbers mix here too.
+    def __lt__(self, other):
+        return OPERATORS["less"](self, other)
+
+    def __le__(self, other):
+        return OPERATORS["less_equal"](self, other)
+
+    def __gt__(self, other):
+        return OPERATORS["greater"](self, other)
+
+    def __ge__(self, other):
+        return OPERATORS["greater_equal"](self, other)
+
     # Methods named as in NumPy.
     def sum(self, axis=None, keepdims: bool = False) -> Node:
         return OPERATORS["sum"](self, axis=axis, keepdims=keepdims)
