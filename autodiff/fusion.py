@@ -342,8 +342,13 @@ class FusionReport(PassReport):
 
 def fusible(node: Node) -> bool:
     """Elementwise ops that compute their output from their inputs' values (not
-    ones_like and zeros_like, which only read a shape)."""
-    return isinstance(node.op, Elementwise) and not isinstance(node.op, (OnesLike, ZerosLike))
+    ones_like and zeros_like, which only read a shape), on floating-point values: not
+    the comparisons (booleans out) nor ``where`` (a boolean condition in), so that a
+    fused node's inputs and result are floats, as a differentiable op's are."""
+    op = node.op
+    if not isinstance(op, Elementwise) or isinstance(op, (OnesLike, ZerosLike)):
+        return False
+    return op.differentiable and not op.integer_inputs
 
 
 def fuse_elementwise(outputs: Node | Sequence[Node]) -> tuple[list[Node], FusionReport]:

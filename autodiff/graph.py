@@ -193,6 +193,24 @@ class Node:
     def __pos__(self):
         return self
 
+    def __abs__(self):
+        return OPERATORS["absolute"](self)
+
+    # Comparisons give boolean Nodes (x > 0 for ad.where). Not == and !=: Nodes are
+    # dict keys and set members (feed_dict, visited sets), compared by identity; use
+    # ad.equal / ad.not_equal. Python tries 0 < x as x > 0, so numbers mix here too.
+    def __lt__(self, other):
+        return OPERATORS["less"](self, other)
+
+    def __le__(self, other):
+        return OPERATORS["less_equal"](self, other)
+
+    def __gt__(self, other):
+        return OPERATORS["greater"](self, other)
+
+    def __ge__(self, other):
+        return OPERATORS["greater_equal"](self, other)
+
     # Methods named as in NumPy.
     def sum(self, axis=None, keepdims: bool = False) -> Node:
         return OPERATORS["sum"](self, axis=axis, keepdims=keepdims)
@@ -285,6 +303,12 @@ class Op:
     # shape. takes_out: the op has a ``compute_into`` (a family may decide per op).
     in_place: ClassVar[bool] = False
     takes_out: ClassVar[bool] = False
+    # False for ops whose output has no derivative: comparisons (booleans), argmax
+    # (indices). Their inputs may have any dtype, their tangent is zero (jvp gives None),
+    # and their gradient rule raises ``not_differentiable``'s error, since a gradient
+    # that reaches them means the caller differentiated a boolean or an index. The test
+    # suite checks their values against NumPy instead of their derivatives.
+    differentiable: ClassVar[bool] = True
 
     def __init_subclass__(cls, register: bool = True, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -318,7 +342,7 @@ class Op:
         ``out``, for ops that take it, is the array to write the result into.
         """
         for value in input_vals:
-            if getattr(value, "dtype", _FLOAT64).kind not in "fc":
+            if getattr(value, "dtype", _FLOAT64).kind not in "fc" and self.differentiable:
                 self._check_dtypes(input_vals)
                 break
         try:
@@ -357,6 +381,15 @@ class Op:
                 f"(or ad.backend.set_default_device('gpu'))."
             )
         return type(exc)(f"{self.name} failed on inputs {inputs}{settings}: {exc}")
+
+    def not_differentiable(self, node: Node) -> DTypeError:
+        """The error a non-``differentiable`` op's gradient rule raises."""
+        return DTypeError(
+            f"{self.name} is not differentiable: its output ({node.dtype}) is piecewise "
+            f"constant, so no gradient flows back through it. Differentiate a "
+            f"floating-point expression instead; to choose values by a condition, use "
+            f"ad.where(cond, a, b), which passes gradients to a and b (cond gets none)."
+        )
 
     @property
     def any_dtype_inputs(self) -> tuple[int, ...]:

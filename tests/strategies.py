@@ -289,6 +289,48 @@ grid = st.integers(-4, 4).map(lambda k: k / 2)  # maximum's inputs never tie:
 off_grid = st.integers(-4, 4).map(lambda k: k / 2 + 0.25)  # they differ by >= 0.25
 positive = floats(0.5, 3.0)
 
+
+# -- elementwise (issue 19) -----------------------------------------------------------------
+
+
+@st.composite
+def wheres(draw):
+    """where(cond, a, b) with a boolean array cond; all three shapes broadcast."""
+    c_shape, a_shape, b_shape = draw(
+        hnp.mutually_broadcastable_shapes(num_shapes=3, min_dims=0, max_dims=3, max_side=3)
+    ).input_shapes
+    cond = draw(hnp.arrays(np.bool_, c_shape))
+    a, b = draw(arrays(a_shape)), draw(arrays(b_shape))
+    return Case(lambda x, y: ad.where(cond, x, y), [a, b], lambda x, y: np.where(cond, x, y))
+
+
+@st.composite
+def wheres_by_comparison(draw):
+    """where(a > b, a, b), the condition a Node; a and b never tie (a kink)."""
+    a_shape, b_shape = draw(broadcasting_pairs).input_shapes
+    a, b = draw(arrays(a_shape, off_grid)), draw(arrays(b_shape, grid))
+    return Case(lambda x, y: ad.where(x > y, x, y), [a, b], np.maximum)
+
+
+@st.composite
+def clips(draw):
+    """x on the quarter points, bounds on the half points: never at a bound (a kink)."""
+    lo, hi = draw(
+        st.sampled_from([(-1.0, 1.0), (-0.5, 0.5), (0.0, 0.0), (None, 0.5), (-0.5, None)])
+    )
+    x = draw(arrays(draw(shapes), off_grid))
+    return Case(lambda a: ad.clip(a, lo, hi), [x], lambda a: np.clip(a, lo, hi))
+
+
+def np_gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def comparisons(op, reference):
+    """Inputs on a grid of halves, so that ties (equal values) happen."""
+    return binary(op, reference, grid, grid)
+
+
 OP_CASES = {
     "add": binary(ad.add, np.add),
     "subtract": binary(ad.subtract, np.subtract),
@@ -324,6 +366,20 @@ OP_CASES = {
     "one_hot": one_hots(),
     "softmax_cross_entropy": cross_entropies(),
     "fused": fused_ops(),
+    # elementwise (issue 19)
+    "abs": unary(ad.abs, np.abs, away_from_zero()),
+    "minimum": binary(ad.minimum, np.minimum, off_grid, grid),
+    "where": st.one_of(wheres(), wheres_by_comparison()),
+    "clip": clips(),
+    "log1p": unary(ad.log1p, np.log1p, floats(-0.5, 2.0)),
+    "expm1": unary(ad.expm1, np.expm1),
+    "gelu": unary(ad.gelu, np_gelu, floats(-3.0, 3.0)),
+    "equal": comparisons(ad.equal, np.equal),
+    "not_equal": comparisons(ad.not_equal, np.not_equal),
+    "less": comparisons(ad.less, np.less),
+    "less_equal": comparisons(ad.less_equal, np.less_equal),
+    "greater": comparisons(ad.greater, np.greater),
+    "greater_equal": comparisons(ad.greater_equal, np.greater_equal),
 }
 
 # -- indexing, joining and axes (issue 19) ------------------------------------------------

@@ -1,7 +1,11 @@
 """Every registered op, checked the same way: forward against NumPy, gradients (reverse
 and forward mode, first and second order) against finite differences, and float32 in
 giving float32 out. The loop is over ``Op.registry``, so a new op without a case in
-``tests/strategies.py`` fails here."""
+``tests/strategies.py`` fails here.
+
+Ops marked ``differentiable = False`` (comparisons) have no derivatives to check: their
+values must equal NumPy's exactly, dtype included, and differentiating them must raise
+the error that says so."""
 
 import numpy as np
 import pytest
@@ -32,14 +36,28 @@ def test_forward_matches_numpy(name, data):
     case = data.draw(OP_CASES[name])
     out = case.fn(*[ad.tensor(a) for a in case.args])
     expected = case.reference(*case.args)
+    if not ad.Op.registry[name].differentiable:  # booleans, indices: exactly NumPy's
+        np.testing.assert_array_equal(out.value, expected)
+        assert out.value.dtype == np.result_type(expected)
+        return
     np.testing.assert_allclose(out.value, expected, rtol=1e-12, atol=1e-12)
     assert np.shape(out.value) == np.shape(expected)
+
+
+def assert_not_differentiable(name, out, leaves):
+    """Differentiating a non-differentiable op's output raises an error naming the op."""
+    with pytest.raises(ad.DTypeError, match=f"{name} is not differentiable.*ad.where"):
+        ad.gradients(out, leaves)
 
 
 @pytest.mark.parametrize("name", OPS)
 @given(data=st.data())
 def test_gradients_match_finite_differences(name, data):
     case = data.draw(OP_CASES[name])
+    if not ad.Op.registry[name].differentiable:
+        leaves = [ad.tensor(a) for a in case.args]
+        assert_not_differentiable(name, case.fn(*leaves), leaves)
+        return
     ad.check_grads(case.fn, case.args, order=2, modes=("rev", "fwd"))
 
 
@@ -49,6 +67,10 @@ def test_float32_stays_float32(name, data):
     case = data.draw(OP_CASES[name])
     leaves = [ad.tensor(a, dtype="float32") for a in case.args]
     out = case.fn(*leaves)
+    if not ad.Op.registry[name].differentiable:  # its own dtype (bool), float32 or not
+        assert out.dtype == np.result_type(case.reference(*case.args))
+        assert_not_differentiable(name, out, leaves)
+        return
     assert out.dtype == np.float32
     for grad in ad.gradients(out, leaves):
         assert grad.value.dtype == np.float32

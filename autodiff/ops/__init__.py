@@ -6,14 +6,26 @@ table of Node's operators (``graph.OPERATORS``: ``x + y`` calls ``add``).
 
 from ..graph import OPERATORS
 from .elementwise import (
+    abs,
     add,
+    clip,
     cos,
     divide,
+    equal,
     exp,
+    expm1,
+    gelu,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
     log,
+    log1p,
     maximum,
+    minimum,
     multiply,
     negative,
+    not_equal,
     ones_like,
     power,
     relu,
@@ -23,6 +35,7 @@ from .elementwise import (
     step,
     subtract,
     tanh,
+    where,
     zeros_like,
 )
 from .indexing import (
@@ -64,6 +77,11 @@ OPERATORS.update(
     getitem=getitem,
     flatten=flatten,
     squeeze=squeeze,
+    absolute=abs,
+    less=less,
+    less_equal=less_equal,
+    greater=greater,
+    greater_equal=greater_equal,
 )
 
 __all__ = [
@@ -111,4 +129,18 @@ __all__ = [
     "tanh",
     "transpose",
     "zeros_like",
+    # issue 19
+    "abs",
+    "clip",
+    "equal",
+    "expm1",
+    "gelu",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "log1p",
+    "minimum",
+    "not_equal",
+    "where",
 ]

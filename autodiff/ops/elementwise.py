@@ -17,7 +17,8 @@ from typing import ClassVar
 
 from ..backend import broadcast_shapes as broadcast_shapes_of
 from ..backend import is_weak_scalar, namespace
-from ..graph import Node, Op, ShapeError, Spec, describe
+from ..backend import result_dtype as numpy_result_dtype
+from ..graph import DomainError, Node, Op, ShapeError, Spec, describe
 from ..static_shapes import broadcast_shapes, result_dtype
 
 
@@ -457,3 +458,313 @@ class ZerosLike(Elementwise):
 def zeros_like(x) -> Node:
     """Zeros with the shape and dtype of x."""
     return ZerosLike.apply(x)
+
+
+# -- more elementwise ops (issue 19) ---------------------------------------------------------
+
+
+def _sign(x) -> Node:
+    """-1, 0 or 1 by the sign of x, built from steps (0 at 0, as NumPy's sign); flat."""
+    return step(x) - step(-x)
+
+
+class Abs(Elementwise):
+    """Y = |X|;   dX = dY * sign(X);   Y' = sign(X) * X'.
+
+    At X = 0, where |X| has a kink, sign(0) = 0 (as NumPy's sign): the gradient there is 0.
+    """
+
+    ufunc = "absolute"
+
+    def compute(self, x):
+        return namespace(x).abs(x)
+
+    def gradient(self, node, output_grad):
+        return [output_grad * _sign(node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return x_dot * _sign(node.inputs[0])
+
+
+def abs(x) -> Node:  # noqa: A001 (NumPy's name; ad.abs, as np.abs)
+    """|x|, elementwise (``abs(node)`` calls it too). >>> abs(-2.0).value -> 2.0"""
+    return Abs.apply(x)
+
+
+class Minimum(Elementwise):
+    """Y = min(A, B);   dA = dY * step(B - A),  dB = dY * step(A - B)  (ties split the gradient).
+
+    Where A = B each input gets half of dY, as in ``maximum``.
+    """
+
+    broadcasts = True
+    ufunc = "minimum"
+
+    def compute(self, a, b):
+        return namespace(a, b).minimum(a, b)
+
+    def gradient(self, node, output_grad):
+        a, b = node.inputs
+        return [output_grad * step(b - a, 0.5), output_grad * step(a - b, 0.5)]
+
+    def jvp(self, node, a_dot, b_dot):
+        a, b = node.inputs
+        return a_dot * step(b - a, 0.5) + b_dot * step(a - b, 0.5)
+
+
+def minimum(a, b) -> Node:
+    """Elementwise minimum of a and b, broadcasting."""
+    return Minimum.apply(a, b)
+
+
+class Where(Elementwise):
+    """Y = A where C is true, B elsewhere;   dA = where(C, dY, 0),  dB = where(C, 0, dY);
+    Y' = where(C, A', B').
+
+    C (a boolean array or Node, often a comparison such as ``x > 0``) only chooses: it
+    is never differentiated. All three broadcast; the engine sums dA and dB back to the
+    shapes of A and B.
+    """
+
+    broadcasts = True
+    integer_inputs = (0,)  # the condition: booleans (any dtype; nonzero means true)
+
+    def compute(self, condition, a, b):
+        return namespace(condition, a, b).where(condition, a, b)
+
+    def infer(self, condition, a, b):
+        shape = broadcast_shapes(condition.shape, a.shape, b.shape)
+        return Spec(shape, result_dtype(a.dtype, b.dtype))
+
+    def gradient(self, node, output_grad):
+        condition = node.inputs[0]
+        return [None, where(condition, output_grad, 0.0), where(condition, 0.0, output_grad)]
+
+    def jvp(self, node, condition_dot, a_dot, b_dot):
+        return where(node.inputs[0], a_dot, b_dot)
+
+
+def where(condition, a, b) -> Node:
+    """a where ``condition`` holds, b elsewhere, broadcasting (as ``np.where``).
+
+    >>> import autodiff as ad
+    >>> x = ad.tensor([-2.0, 3.0])
+    >>> ad.where(x > 0, x, 0.1 * x).value
+    array([-0.2,  3. ])
+    """
+    return Where.apply(condition, a, b)
+
+
+class Clip(Elementwise):
+    """Y = min(max(X, lo), hi);   dX = dY * inside;   Y' = inside * X',
+    inside = 1 where lo <= X <= hi, else 0.
+
+    At a bound (X = lo or X = hi) the gradient is 1, as in PyTorch's clamp. ``lo`` and
+    ``hi`` are Python numbers (or None: no bound on that side), not differentiated.
+    """
+
+    def compute(self, x, lo, hi):
+        return namespace(x).clip(x, lo, hi)
+
+    def compute_into(self, out, x, lo, hi):
+        return namespace(x).clip(x, lo, hi, out=out)
+
+    def gradient(self, node, output_grad):
+        return [output_grad * _inside(node)]
+
+    def jvp(self, node, x_dot):
+        return x_dot * _inside(node)
+
+
+def _inside(node: Node) -> Node | float:
+    """1 where clip's input lies within [lo, hi] (bounds included), else 0."""
+    x, lo, hi = node.inputs[0], node.attrs["lo"], node.attrs["hi"]
+    inside: Node | float = 1.0
+    if lo is not None:
+        inside = step(x - lo, 1.0) * inside
+    if hi is not None:
+        inside = step(hi - x, 1.0) * inside
+    return inside
+
+
+def clip(x, lo: float | None, hi: float | None) -> Node:
+    """x limited to [lo, hi] elementwise (None: no bound on that side), as ``np.clip``.
+
+    >>> import autodiff as ad
+    >>> ad.clip(ad.tensor([-2.0, 0.5, 3.0]), -1, 1).value
+    array([-1. ,  0.5,  1. ])
+    """
+    if lo is not None and hi is not None and lo > hi:
+        raise DomainError(f"clip: the lower bound {lo} is above the upper bound {hi}.")
+    return Clip.apply(x, lo=lo, hi=hi)
+
+
+class Log1p(Elementwise):
+    """Y = log(1 + X), accurate for tiny X;   dX = dY / (1 + X);   Y' = X' / (1 + X)."""
+
+    ufunc = "log1p"
+
+    def compute(self, x):
+        return namespace(x).log1p(x)
+
+    def gradient(self, node, output_grad):
+        return [output_grad / (1 + node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return x_dot / (1 + node.inputs[0])
+
+
+def log1p(x) -> Node:
+    """log(1 + x), elementwise, without the rounding of 1 + x for tiny x."""
+    return Log1p.apply(x)
+
+
+class Expm1(Elementwise):
+    """Y = exp(X) - 1, accurate for tiny X;   dX = dY * (Y + 1);   Y' = (Y + 1) * X'."""
+
+    ufunc = "expm1"
+
+    def compute(self, x):
+        return namespace(x).expm1(x)
+
+    def gradient(self, node, output_grad):
+        return [output_grad * (node + 1)]
+
+    def jvp(self, node, x_dot):
+        return x_dot * (node + 1)
+
+
+def expm1(x) -> Node:
+    """exp(x) - 1, elementwise, without cancellation for tiny x."""
+    return Expm1.apply(x)
+
+
+GELU_SCALE = 0.7978845608028654  # sqrt(2 / pi)
+GELU_CUBIC = 0.044715
+
+
+class Gelu(Elementwise):
+    """Y = X/2 (1 + T),  T = tanh(U),  U = c (X + k X**3)  (c = sqrt(2/pi), k = 0.044715);
+    dX = dY * G,   G = (1 + T)/2 + X/2 (1 - T**2) c (1 + 3k X**2);   Y' = G * X'.
+
+    The tanh approximation of GELU, X * Phi(X), used by GPT-2 and by PyTorch's
+    ``gelu(approximate='tanh')``: exact GELU needs erf, which NumPy does not have.
+    """
+
+    def compute(self, x):
+        u = GELU_SCALE * (x + GELU_CUBIC * x * x * x)
+        return 0.5 * x * (1 + namespace(x).tanh(u))
+
+    def gradient(self, node, output_grad):
+        return [output_grad * _gelu_slope(node.inputs[0])]
+
+    def jvp(self, node, x_dot):
+        return x_dot * _gelu_slope(node.inputs[0])
+
+
+def _gelu_slope(x: Node) -> Node:
+    t = tanh(GELU_SCALE * (x + GELU_CUBIC * x * x * x))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_SCALE * (1 + 3 * GELU_CUBIC * x * x)
+
+
+def gelu(x) -> Node:
+    """GELU, x * Phi(x), in the tanh approximation (GPT-2's; PyTorch's approximate='tanh')."""
+    return Gelu.apply(x)
+
+
+# Comparisons: boolean results, no derivatives.
+
+
+class Comparison(Elementwise, register=False):
+    """Y = (A op B), booleans;  not differentiable: piecewise constant, its derivative is 0
+    wherever it has one, and booleans carry no gradient. The gradient rule raises an
+    error saying so; the tangent is zero (None), so forward mode passes through a
+    comparison used as ``where``'s condition. Inputs may be of any dtype.
+    """
+
+    broadcasts = True
+    differentiable = False
+
+    def compute(self, a, b):
+        return getattr(namespace(a, b), self.ufunc)(a, b)
+
+    def infer(self, a, b):
+        return Spec(broadcast_shapes(a.shape, b.shape), BOOL)
+
+    def gradient(self, node, output_grad):
+        raise self.not_differentiable(node)
+
+    def jvp(self, node, a_dot, b_dot):
+        return None
+
+
+BOOL = numpy_result_dtype("bool")  # NumPy's bool dtype (only backend.py imports NumPy)
+
+
+class Equal(Comparison):
+    """Y = (A == B), booleans;  not differentiable (see Comparison)."""
+
+    ufunc = "equal"
+
+
+def equal(a, b) -> Node:
+    """a == b elementwise, broadcasting: booleans. (``==`` on Nodes stays identity.)"""
+    return Equal.apply(a, b)
+
+
+class NotEqual(Comparison):
+    """Y = (A != B), booleans;  not differentiable (see Comparison)."""
+
+    name = "not_equal"
+    ufunc = "not_equal"
+
+
+def not_equal(a, b) -> Node:
+    """a != b elementwise, broadcasting: booleans. (``!=`` on Nodes stays identity.)"""
+    return NotEqual.apply(a, b)
+
+
+class Less(Comparison):
+    """Y = (A < B), booleans;  not differentiable (see Comparison)."""
+
+    ufunc = "less"
+
+
+def less(a, b) -> Node:
+    """a < b elementwise, broadcasting: booleans (``a < b`` on Nodes calls it)."""
+    return Less.apply(a, b)
+
+
+class LessEqual(Comparison):
+    """Y = (A <= B), booleans;  not differentiable (see Comparison)."""
+
+    name = "less_equal"
+    ufunc = "less_equal"
+
+
+def less_equal(a, b) -> Node:
+    """a <= b elementwise, broadcasting: booleans (``a <= b`` on Nodes calls it)."""
+    return LessEqual.apply(a, b)
+
+
+class Greater(Comparison):
+    """Y = (A > B), booleans;  not differentiable (see Comparison)."""
+
+    ufunc = "greater"
+
+
+def greater(a, b) -> Node:
+    """a > b elementwise, broadcasting: booleans (``a > b`` on Nodes calls it)."""
+    return Greater.apply(a, b)
+
+
+class GreaterEqual(Comparison):
+    """Y = (A >= B), booleans;  not differentiable (see Comparison)."""
+
+    name = "greater_equal"
+    ufunc = "greater_equal"
+
+
+def greater_equal(a, b) -> Node:
+    """a >= b elementwise, broadcasting: booleans (``a >= b`` on Nodes calls it)."""
+    return GreaterEqual.apply(a, b)
