@@ -23,7 +23,16 @@ from typing import Any
 
 from . import backend
 from .checkpoint import Recomputation, choose_checkpoints
-from .graph import Constant, DTypeError, Node, as_node, deferred, find_topo_sort
+from .graph import (
+    OPERATORS,
+    Constant,
+    DTypeError,
+    Node,
+    TensorLeaf,
+    as_node,
+    deferred,
+    find_topo_sort,
+)
 from .ops import ones_like, sum_to_like, zeros_like
 from .scheduling import fill_values
 
@@ -200,6 +209,41 @@ def gradients(
     if imperative:  # a placeholder the output does not need keeps a symbolic zeros_like
         fill_values([g for g, x in zip(grads, wrt, strict=True) if x.value is not None], built)
     return grads
+
+
+def backward(output: Node) -> None:
+    """``output.backward()``, as PyTorch users write it: sugar over ``gradients``.
+
+    The gradient graph of ``output`` with respect to every tensor leaf it depends on
+    (``ad.tensor``s, a model's parameters; not constants) is built and computed as
+    ``gradients`` does, and each leaf's ``.grad`` receives its value (an array). As in
+    PyTorch, a second call adds to ``.grad``; an optimiser's ``zero_grad()`` clears it.
+    The gradient nodes themselves are not kept: ``gradients`` returns them, to be drawn
+    or differentiated again.
+
+    >>> import autodiff as ad
+    >>> w = ad.tensor([1.0, 2.0])
+    >>> ad.sum(w * w).backward()
+    >>> w.grad
+    array([2., 4.])
+    """
+    if output.value is None:
+        raise ValueError(
+            f"backward: '{output.name}' is symbolic (built from Variables). Take its "
+            f"gradients with ad.gradients(output, wrt) and run them with an Executor."
+        )
+    if output.shape != ():
+        raise ValueError(
+            f"backward: '{output.name}' has shape {output.shape}; backward() needs one "
+            f"number, such as a loss. Reduce it first (ad.sum(y).backward()), or seed "
+            f"ad.gradients(y, wrt, output_grad=...)."
+        )
+    leaves = [node for node in find_topo_sort([output]) if isinstance(node.op, TensorLeaf)]
+    for leaf, grad in zip(leaves, gradients(output, leaves), strict=True):
+        leaf.grad = grad.value if leaf.grad is None else leaf.grad + grad.value
+
+
+OPERATORS["backward"] = backward  # what Node.backward calls (graph.py imports no gradients)
 
 
 def forward_pass(

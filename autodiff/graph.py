@@ -98,7 +98,7 @@ class Node:
     as numbers, or ``None`` while the node is symbolic), and ``serial`` (creation order).
     """
 
-    __slots__ = ("op", "inputs", "attrs", "name", "value", "serial", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "name", "value", "serial", "grad", "__weakref__")
     # Make ``numpy_array * node`` call ``node.__rmul__`` instead of looping over the array.
     __array_ufunc__ = None
 
@@ -111,6 +111,7 @@ class Node:
         # Creation order is the order the program was written in, and a topological
         # order (inputs exist first): memory.py runs graphs in it.
         self.serial = next(_serials)
+        self.grad = None  # filled by backward() (PyTorch's habit; see gradients.backward)
 
     # Shape, dtype and device come from the value; a placeholder knows its declared ones.
     @property
@@ -227,6 +228,11 @@ class Node:
     @property
     def T(self) -> Node:
         return OPERATORS["transpose"](self)
+
+    def backward(self) -> None:
+        """PyTorch's ``loss.backward()``: fills ``.grad`` of the tensor leaves this node
+        depends on. Sugar over ``ad.gradients`` (see ``autodiff.gradients.backward``)."""
+        OPERATORS["backward"](self)
 
     def __getitem__(self, index) -> Node:
         return OPERATORS["getitem"](self, index)

@@ -33,8 +33,11 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}: the learning rate must be > 0, got {lr}.")
         self.lr = lr
 
-    def step(self, grads: Sequence[Any]) -> None:
-        """Update every parameter from its gradient (arrays, or Nodes with values)."""
+    def step(self, grads: Sequence[Any] | None = None) -> None:
+        """Update every parameter from its gradient (arrays, or Nodes with values); with
+        no ``grads``, from each parameter's ``.grad`` (filled by ``loss.backward()``)."""
+        if grads is None:
+            grads = [self._grad_of(i, p) for i, p in enumerate(self.params)]
         if len(grads) != len(self.params):
             raise ValueError(
                 f"{type(self).__name__}.step: {len(grads)} gradients for "
@@ -49,6 +52,20 @@ class Optimizer:
                     f"but parameter '{param.name}' has shape {tuple(value.shape)}."
                 )
             self.update(i, value, array)
+
+    def zero_grad(self) -> None:
+        """Clear the parameters' ``.grad`` (``backward()`` adds to it, as in PyTorch)."""
+        for param in self.params:
+            param.grad = None
+
+    def _grad_of(self, i: int, param: Node) -> Any:
+        if param.grad is None:
+            raise ValueError(
+                f"{type(self).__name__}.step(): parameter {i} ('{param.name}') has no "
+                f".grad. Call loss.backward() first, or pass the gradients: "
+                f"step(ad.gradients(loss, params))."
+            )
+        return param.grad
 
     def update(self, i: int, value: Any, grad: Any) -> None:
         raise NotImplementedError
@@ -96,7 +113,7 @@ class Adam(Optimizer):
         self.mean: list[Any] = [None] * len(self.params)
         self.square: list[Any] = [None] * len(self.params)
 
-    def step(self, grads: Sequence[Any]) -> None:
+    def step(self, grads: Sequence[Any] | None = None) -> None:
         self.t += 1  # one time step for all parameters
         super().step(grads)
 
