@@ -24,7 +24,7 @@ FUNCTIONS: dict[str, Callable[..., Node]] = {
         "softmax log_softmax logsumexp"
     ).split()
 }
-BINARY = {
+BINARY: dict[type, Callable[..., Node]] = {
     ast.Add: ops.add,
     ast.Sub: ops.subtract,
     ast.Mult: ops.multiply,

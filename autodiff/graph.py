@@ -74,6 +74,14 @@ def deferred() -> Iterator[list[Node]]:
         _building.reset(token)
 
 
+def named(node: Node, name: str | None) -> Node:
+    """``node``, called ``name`` if one is given: the ``name=`` of an op function made of
+    several ops names its last node (drawings show the name instead of the op's symbol)."""
+    if name is not None:
+        node.name = name
+    return node
+
+
 def describe(value: Any) -> str:
     """A short description of an input for error messages: 'float32[2, 3] on cpu'."""
     if value is None:
@@ -326,11 +334,12 @@ class Op:
         cls._instance = cls()
 
     @classmethod
-    def apply(cls, *inputs, **attrs) -> Node:
-        """Make a node of this op; compute it now if every input has a value."""
+    def apply(cls, *inputs, name: str | None = None, **attrs) -> Node:
+        """Make a node of this op (called ``name`` in drawings, if given); compute it now
+        if every input has a value."""
         op = cls._instance
         nodes = tuple([x if isinstance(x, Node) else as_node(x) for x in inputs])
-        node = Node(op, nodes, attrs)
+        node = Node(op, nodes, attrs, name)
         built = _building.get()
         if built is not None:
             built.append(node)

@@ -1,6 +1,7 @@
 """Drawings, checked by structure rather than pixels: Graphviz itself parses the DOT we
 write (its json0 output) and the tests count nodes, edges, colours, dashed links, labels."""
 
+import inspect
 import json
 import shutil
 import sys
@@ -259,3 +260,17 @@ def test_draw_levels_puts_each_level_in_one_row():
     rows = [block for block in source.split("{")[1:] if 'label="level' in block]
     assert len(rows) == len(ad.memory.levels(out)) == 4
     assert "n1" in rows[1] and "n3" in rows[1]  # sin and cos side by side
+
+
+def test_every_op_function_takes_a_name_that_the_drawings_show():
+    for fn_name in ad.ops.__all__:
+        signature = inspect.signature(getattr(ad, fn_name))
+        if signature.return_annotation in ("Node", ad.Node):
+            assert "name" in signature.parameters, f"ad.{fn_name} takes no name="
+    x = ad.tensor(np.ones((2, 3)), name="x")
+    hidden = ad.tanh(x @ ad.tensor(np.ones((3, 2)), name="W"), name="hidden")
+    loss = ad.sum(ad.stack([hidden, hidden * 2], name="both"), name="loss")
+    assert (hidden.name, loss.name, loss.inputs[0].name) == ("hidden", "loss", "both")
+    picture = Picture(viz.draw(loss))
+    labels = {picture.first_line(node) for node in picture.nodes}
+    assert {"hidden", "loss", "both", "x", "W"} <= labels

@@ -77,9 +77,9 @@ class Add(Elementwise):
         return a_dot + b_dot
 
 
-def add(a, b) -> Node:
+def add(a, b, name: str | None = None) -> Node:
     """a + b, broadcasting. >>> add(1.0, 2.0).value -> 3.0"""
-    return Add.apply(a, b)
+    return Add.apply(a, b, name=name)
 
 
 class Subtract(Elementwise):
@@ -98,9 +98,9 @@ class Subtract(Elementwise):
         return a_dot - b_dot
 
 
-def subtract(a, b) -> Node:
+def subtract(a, b, name: str | None = None) -> Node:
     """a - b, broadcasting."""
-    return Subtract.apply(a, b)
+    return Subtract.apply(a, b, name=name)
 
 
 class Multiply(Elementwise):
@@ -121,9 +121,9 @@ class Multiply(Elementwise):
         return a_dot * b + a * b_dot
 
 
-def multiply(a, b) -> Node:
+def multiply(a, b, name: str | None = None) -> Node:
     """a * b, broadcasting."""
-    return Multiply.apply(a, b)
+    return Multiply.apply(a, b, name=name)
 
 
 class Divide(Elementwise):
@@ -144,9 +144,9 @@ class Divide(Elementwise):
         return (a_dot - node * b_dot) / b
 
 
-def divide(a, b) -> Node:
+def divide(a, b, name: str | None = None) -> Node:
     """a / b, broadcasting."""
-    return Divide.apply(a, b)
+    return Divide.apply(a, b, name=name)
 
 
 class Power(Elementwise):
@@ -188,11 +188,11 @@ class PowerScalar(Elementwise):
         return None if p == 0 else x_dot * p * x ** (p - 1)
 
 
-def power(a, b) -> Node:
+def power(a, b, name: str | None = None) -> Node:
     """a ** b. A Python-number exponent (``x ** 3``) uses the simpler rule of PowerScalar."""
     if is_weak_scalar(b):
-        return PowerScalar.apply(a, exponent=b)
-    return Power.apply(a, b)
+        return PowerScalar.apply(a, exponent=b, name=name)
+    return Power.apply(a, b, name=name)
 
 
 class Negative(Elementwise):
@@ -210,9 +210,9 @@ class Negative(Elementwise):
         return -x_dot
 
 
-def negative(x) -> Node:
+def negative(x, name: str | None = None) -> Node:
     """-x."""
-    return Negative.apply(x)
+    return Negative.apply(x, name=name)
 
 
 class Exp(Elementwise):
@@ -230,9 +230,9 @@ class Exp(Elementwise):
         return x_dot * node
 
 
-def exp(x) -> Node:
+def exp(x, name: str | None = None) -> Node:
     """e ** x, elementwise."""
-    return Exp.apply(x)
+    return Exp.apply(x, name=name)
 
 
 class Log(Elementwise):
@@ -250,9 +250,9 @@ class Log(Elementwise):
         return x_dot / node.inputs[0]
 
 
-def log(x) -> Node:
+def log(x, name: str | None = None) -> Node:
     """Natural logarithm, elementwise."""
-    return Log.apply(x)
+    return Log.apply(x, name=name)
 
 
 class Sin(Elementwise):
@@ -270,9 +270,9 @@ class Sin(Elementwise):
         return x_dot * cos(node.inputs[0])
 
 
-def sin(x) -> Node:
+def sin(x, name: str | None = None) -> Node:
     """Sine, elementwise."""
-    return Sin.apply(x)
+    return Sin.apply(x, name=name)
 
 
 class Cos(Elementwise):
@@ -290,9 +290,9 @@ class Cos(Elementwise):
         return -x_dot * sin(node.inputs[0])
 
 
-def cos(x) -> Node:
+def cos(x, name: str | None = None) -> Node:
     """Cosine, elementwise."""
-    return Cos.apply(x)
+    return Cos.apply(x, name=name)
 
 
 class Tanh(Elementwise):
@@ -310,9 +310,9 @@ class Tanh(Elementwise):
         return x_dot * (1 - node * node)
 
 
-def tanh(x) -> Node:
+def tanh(x, name: str | None = None) -> Node:
     """Hyperbolic tangent, elementwise."""
-    return Tanh.apply(x)
+    return Tanh.apply(x, name=name)
 
 
 class Sigmoid(Elementwise):
@@ -329,9 +329,9 @@ class Sigmoid(Elementwise):
         return x_dot * node * (1 - node)
 
 
-def sigmoid(x) -> Node:
+def sigmoid(x, name: str | None = None) -> Node:
     """The logistic function 1 / (1 + exp(-x)), elementwise."""
-    return Sigmoid.apply(x)
+    return Sigmoid.apply(x, name=name)
 
 
 class Relu(Elementwise):
@@ -350,9 +350,9 @@ class Relu(Elementwise):
         return x_dot * step(node.inputs[0])
 
 
-def relu(x) -> Node:
+def relu(x, name: str | None = None) -> Node:
     """max(x, 0), elementwise."""
-    return Relu.apply(x)
+    return Relu.apply(x, name=name)
 
 
 class Sqrt(Elementwise):
@@ -370,9 +370,9 @@ class Sqrt(Elementwise):
         return x_dot * 0.5 / node
 
 
-def sqrt(x) -> Node:
+def sqrt(x, name: str | None = None) -> Node:
     """Square root, elementwise."""
-    return Sqrt.apply(x)
+    return Sqrt.apply(x, name=name)
 
 
 class Maximum(Elementwise):
@@ -393,9 +393,9 @@ class Maximum(Elementwise):
         return a_dot * step(a - b, 0.5) + b_dot * step(b - a, 0.5)
 
 
-def maximum(a, b) -> Node:
+def maximum(a, b, name: str | None = None) -> Node:
     """Elementwise maximum of a and b, broadcasting."""
-    return Maximum.apply(a, b)
+    return Maximum.apply(a, b, name=name)
 
 
 class Step(Elementwise):
@@ -413,9 +413,9 @@ class Step(Elementwise):
         return None
 
 
-def step(x, at_zero: float = 0.0) -> Node:
+def step(x, at_zero: float = 0.0, name: str | None = None) -> Node:
     """The Heaviside step function: 1 for x > 0, 0 for x < 0, ``at_zero`` at 0."""
-    return Step.apply(x, at_zero=at_zero)
+    return Step.apply(x, at_zero=at_zero, name=name)
 
 
 class OnesLike(Elementwise):
@@ -434,9 +434,9 @@ class OnesLike(Elementwise):
         return None
 
 
-def ones_like(x) -> Node:
+def ones_like(x, name: str | None = None) -> Node:
     """Ones with the shape and dtype of x."""
-    return OnesLike.apply(x)
+    return OnesLike.apply(x, name=name)
 
 
 class ZerosLike(Elementwise):
@@ -455,9 +455,9 @@ class ZerosLike(Elementwise):
         return None
 
 
-def zeros_like(x) -> Node:
+def zeros_like(x, name: str | None = None) -> Node:
     """Zeros with the shape and dtype of x."""
-    return ZerosLike.apply(x)
+    return ZerosLike.apply(x, name=name)
 
 
 # -- more elementwise ops (issue 19) ---------------------------------------------------------
@@ -486,9 +486,9 @@ class Abs(Elementwise):
         return x_dot * _sign(node.inputs[0])
 
 
-def abs(x) -> Node:  # noqa: A001 (NumPy's name; ad.abs, as np.abs)
+def abs(x, name: str | None = None) -> Node:  # noqa: A001 (NumPy's name; ad.abs, as np.abs)
     """|x|, elementwise (``abs(node)`` calls it too). >>> abs(-2.0).value -> 2.0"""
-    return Abs.apply(x)
+    return Abs.apply(x, name=name)
 
 
 class Minimum(Elementwise):
@@ -512,9 +512,9 @@ class Minimum(Elementwise):
         return a_dot * step(b - a, 0.5) + b_dot * step(a - b, 0.5)
 
 
-def minimum(a, b) -> Node:
+def minimum(a, b, name: str | None = None) -> Node:
     """Elementwise minimum of a and b, broadcasting."""
-    return Minimum.apply(a, b)
+    return Minimum.apply(a, b, name=name)
 
 
 class Where(Elementwise):
@@ -544,7 +544,7 @@ class Where(Elementwise):
         return where(node.inputs[0], a_dot, b_dot)
 
 
-def where(condition, a, b) -> Node:
+def where(condition, a, b, name: str | None = None) -> Node:
     """a where ``condition`` holds, b elsewhere, broadcasting (as ``np.where``).
 
     >>> import autodiff as ad
@@ -552,7 +552,7 @@ def where(condition, a, b) -> Node:
     >>> ad.where(x > 0, x, 0.1 * x).value
     array([-0.2,  3. ])
     """
-    return Where.apply(condition, a, b)
+    return Where.apply(condition, a, b, name=name)
 
 
 class Clip(Elementwise):
@@ -587,7 +587,7 @@ def _inside(node: Node) -> Node | float:
     return inside
 
 
-def clip(x, lo: float | None, hi: float | None) -> Node:
+def clip(x, lo: float | None, hi: float | None, name: str | None = None) -> Node:
     """x limited to [lo, hi] elementwise (None: no bound on that side), as ``np.clip``.
 
     >>> import autodiff as ad
@@ -596,7 +596,7 @@ def clip(x, lo: float | None, hi: float | None) -> Node:
     """
     if lo is not None and hi is not None and lo > hi:
         raise DomainError(f"clip: the lower bound {lo} is above the upper bound {hi}.")
-    return Clip.apply(x, lo=lo, hi=hi)
+    return Clip.apply(x, lo=lo, hi=hi, name=name)
 
 
 class Log1p(Elementwise):
@@ -614,9 +614,9 @@ class Log1p(Elementwise):
         return x_dot / (1 + node.inputs[0])
 
 
-def log1p(x) -> Node:
+def log1p(x, name: str | None = None) -> Node:
     """log(1 + x), elementwise, without the rounding of 1 + x for tiny x."""
-    return Log1p.apply(x)
+    return Log1p.apply(x, name=name)
 
 
 class Expm1(Elementwise):
@@ -634,9 +634,9 @@ class Expm1(Elementwise):
         return x_dot * (node + 1)
 
 
-def expm1(x) -> Node:
+def expm1(x, name: str | None = None) -> Node:
     """exp(x) - 1, elementwise, without cancellation for tiny x."""
-    return Expm1.apply(x)
+    return Expm1.apply(x, name=name)
 
 
 GELU_SCALE = 0.7978845608028654  # sqrt(2 / pi)
@@ -667,9 +667,9 @@ def _gelu_slope(x: Node) -> Node:
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_SCALE * (1 + 3 * GELU_CUBIC * x * x)
 
 
-def gelu(x) -> Node:
+def gelu(x, name: str | None = None) -> Node:
     """GELU, x * Phi(x), in the tanh approximation (GPT-2's; PyTorch's approximate='tanh')."""
-    return Gelu.apply(x)
+    return Gelu.apply(x, name=name)
 
 
 # Comparisons: boolean results, no derivatives.
@@ -707,9 +707,9 @@ class Equal(Comparison):
     ufunc = "equal"
 
 
-def equal(a, b) -> Node:
+def equal(a, b, name: str | None = None) -> Node:
     """a == b elementwise, broadcasting: booleans. (``==`` on Nodes stays identity.)"""
-    return Equal.apply(a, b)
+    return Equal.apply(a, b, name=name)
 
 
 class NotEqual(Comparison):
@@ -719,9 +719,9 @@ class NotEqual(Comparison):
     ufunc = "not_equal"
 
 
-def not_equal(a, b) -> Node:
+def not_equal(a, b, name: str | None = None) -> Node:
     """a != b elementwise, broadcasting: booleans. (``!=`` on Nodes stays identity.)"""
-    return NotEqual.apply(a, b)
+    return NotEqual.apply(a, b, name=name)
 
 
 class Less(Comparison):
@@ -730,9 +730,9 @@ class Less(Comparison):
     ufunc = "less"
 
 
-def less(a, b) -> Node:
+def less(a, b, name: str | None = None) -> Node:
     """a < b elementwise, broadcasting: booleans (``a < b`` on Nodes calls it)."""
-    return Less.apply(a, b)
+    return Less.apply(a, b, name=name)
 
 
 class LessEqual(Comparison):
@@ -742,9 +742,9 @@ class LessEqual(Comparison):
     ufunc = "less_equal"
 
 
-def less_equal(a, b) -> Node:
+def less_equal(a, b, name: str | None = None) -> Node:
     """a <= b elementwise, broadcasting: booleans (``a <= b`` on Nodes calls it)."""
-    return LessEqual.apply(a, b)
+    return LessEqual.apply(a, b, name=name)
 
 
 class Greater(Comparison):
@@ -753,9 +753,9 @@ class Greater(Comparison):
     ufunc = "greater"
 
 
-def greater(a, b) -> Node:
+def greater(a, b, name: str | None = None) -> Node:
     """a > b elementwise, broadcasting: booleans (``a > b`` on Nodes calls it)."""
-    return Greater.apply(a, b)
+    return Greater.apply(a, b, name=name)
 
 
 class GreaterEqual(Comparison):
@@ -765,6 +765,6 @@ class GreaterEqual(Comparison):
     ufunc = "greater_equal"
 
 
-def greater_equal(a, b) -> Node:
+def greater_equal(a, b, name: str | None = None) -> Node:
     """a >= b elementwise, broadcasting: booleans (``a >= b`` on Nodes calls it)."""
-    return GreaterEqual.apply(a, b)
+    return GreaterEqual.apply(a, b, name=name)

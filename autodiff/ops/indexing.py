@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import namespace
-from ..graph import Node, Op, ShapeError, Spec
+from ..graph import Node, Op, ShapeError, Spec, named
 from ..static_shapes import UNKNOWN, has_rank, is_static, result_dtype
 from .elementwise import zeros_like
 from .shape import expand_dims, shape_of
@@ -128,7 +128,7 @@ class GetItem(Op):
         return getitem(x_dot, node.attrs["index"])
 
 
-def getitem(x, index) -> Node:
+def getitem(x, index, name: str | None = None) -> Node:
     """``x[index]`` with NumPy's indexing (``Node.__getitem__`` calls this).
 
     >>> import autodiff as ad, numpy as np
@@ -136,7 +136,7 @@ def getitem(x, index) -> Node:
     >>> x[:, ::2].value.tolist(), x[x.numpy() > 3].value.tolist()
     ([[0.0, 2.0], [3.0, 5.0]], [4.0, 5.0])
     """
-    return GetItem.apply(x, index=normalize_index(index))
+    return GetItem.apply(x, index=normalize_index(index), name=name)
 
 
 class ScatterLike(Op):
@@ -168,9 +168,9 @@ class ScatterLike(Op):
         return scatter_like(g_dot, node.inputs[1], node.attrs["index"])
 
 
-def scatter_like(g, like, index) -> Node:
+def scatter_like(g, like, index, name: str | None = None) -> Node:
     """Zeros shaped like ``like``, with ``g`` added at ``index`` (the gradient of x[index])."""
-    return ScatterLike.apply(g, like, index=normalize_index(index))
+    return ScatterLike.apply(g, like, index=normalize_index(index), name=name)
 
 
 def _check_axis(op: str, axis: int, ndim: int) -> int:
@@ -221,12 +221,12 @@ def _joined_shape(shapes: list[tuple], axis: int) -> tuple:
     return (*shapes[0][:axis], total, *shapes[0][axis + 1 :])
 
 
-def concatenate(xs, axis: int = 0) -> Node:
+def concatenate(xs, axis: int = 0, name: str | None = None) -> Node:
     """Join a list of arrays along an existing ``axis``, as numpy.concatenate."""
     xs = list(xs)
     if not xs:
         raise ValueError("concatenate: needs at least one array to join.")
-    return Concatenate.apply(*xs, axis=int(axis))
+    return Concatenate.apply(*xs, axis=int(axis), name=name)
 
 
 class SplitPart(Op):
@@ -259,11 +259,11 @@ class SplitPart(Op):
         return split_part(x_dot, *node.inputs[1:], **node.attrs)
 
 
-def split_part(x, *likes, axis: int, part: int, sections=None) -> Node:
+def split_part(x, *likes, axis: int, part: int, sections=None, name: str | None = None) -> Node:
     """Part ``part`` of x along ``axis`` (see SplitPart); ``split`` returns them all."""
     if isinstance(sections, (list, tuple)):
         sections = tuple(int(i) for i in sections)
-    return SplitPart.apply(x, *likes, axis=axis, part=part, sections=sections)
+    return SplitPart.apply(x, *likes, axis=axis, part=part, sections=sections, name=name)
 
 
 class PlacePart(Op):
@@ -294,9 +294,11 @@ class PlacePart(Op):
         return place_part(g_dot, *node.inputs[1:], **node.attrs)
 
 
-def place_part(g, like, *likes, axis: int, part: int, sections=None) -> Node:
+def place_part(
+    g, like, *likes, axis: int, part: int, sections=None, name: str | None = None
+) -> Node:
     """Zeros shaped like ``like`` with g as part ``part`` (the gradient of split_part)."""
-    return PlacePart.apply(g, like, *likes, axis=axis, part=part, sections=sections)
+    return PlacePart.apply(g, like, *likes, axis=axis, part=part, sections=sections, name=name)
 
 
 def _slab(shape, likes, axis: int, part: int, sections) -> tuple:
@@ -345,10 +347,10 @@ def split(x, sections, axis: int = 0) -> list[Node]:
     return [split_part(x, axis=axis, part=k, sections=sections) for k in range(_count(sections))]
 
 
-def stack(xs, axis: int = 0) -> Node:
+def stack(xs, axis: int = 0, name: str | None = None) -> Node:
     """Join arrays of one shape along a new ``axis``, as numpy.stack: each gets a new axis
     of length 1 (``expand_dims``), then they are concatenated along it."""
     xs = list(xs)
     if not xs:
         raise ValueError("stack: needs at least one array.")
-    return concatenate([expand_dims(x, axis) for x in xs], axis)
+    return named(concatenate([expand_dims(x, axis) for x in xs], axis), name)

@@ -7,7 +7,7 @@ two axes when its flag is set, as in BLAS. Leading axes are batch axes and broad
 from __future__ import annotations
 
 from ..backend import namespace
-from ..graph import Node, Op, ShapeError, Spec, as_node
+from ..graph import Node, Op, ShapeError, Spec, as_node, named
 from ..static_shapes import UNKNOWN, broadcast_shapes, has_rank, is_symbol, result_dtype
 from .shape import expand_dims, shape_of, squeeze
 
@@ -91,7 +91,7 @@ class MatMul(Op):
             )
 
 
-def matmul(a, b, trans_A: bool = False, trans_B: bool = False) -> Node:
+def matmul(a, b, trans_A: bool = False, trans_B: bool = False, name: str | None = None) -> Node:
     """Matrix product op(a) @ op(b), where op transposes the last two axes if its flag is set.
 
     NumPy's rule for vectors: a 1-D ``a`` is a row (1, n) and a 1-D ``b`` a column
@@ -109,11 +109,11 @@ def matmul(a, b, trans_A: bool = False, trans_B: bool = False) -> Node:
     a, b = as_node(a), as_node(b)
     a_vector, b_vector = a.ndim == 1, b.ndim == 1
     if not (a_vector or b_vector):
-        return MatMul.apply(a, b, trans_A=bool(trans_A), trans_B=bool(trans_B))
+        return MatMul.apply(a, b, trans_A=bool(trans_A), trans_B=bool(trans_B), name=name)
     y = MatMul.apply(
         expand_dims(a, 0) if a_vector else a,
         expand_dims(b, -1) if b_vector else b,
         trans_A=bool(trans_A) and not a_vector,
         trans_B=bool(trans_B) and not b_vector,
     )
-    return squeeze(y, (-2, -1) if a_vector and b_vector else -2 if a_vector else -1)
+    return named(squeeze(y, (-2, -1) if a_vector and b_vector else -2 if a_vector else -1), name)
