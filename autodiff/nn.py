@@ -22,15 +22,34 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from . import backend, data
 from .executor import Executor
 from .gradients import collector_paused, gradients
 from .graph import Node, TensorLeaf, Variable, constant, tensor
-from .ops import matmul, mean, relu, sigmoid, softmax_cross_entropy, tanh
+from .ops import (
+    avg_pool2d,
+    conv2d,
+    dropout,
+    flatten,
+    layer_norm,
+    matmul,
+    max_pool2d,
+    mean,
+    relu,
+    sigmoid,
+    softmax_cross_entropy,
+    tanh,
+)
 
 
 class Module:
-    """Base class of layers and models: finds parameters, moves them between devices."""
+    """Base class of layers and models: finds parameters, moves them between devices,
+    and switches between training and evaluation (``train()``, ``eval()``: dropout and
+    batch norm behave differently)."""
+
+    training = True
 
     def __call__(self, x: Node) -> Node:
         raise NotImplementedError(f"{type(self).__name__} must define __call__(x)")
@@ -45,6 +64,25 @@ class Module:
                 elif isinstance(item, Node) and isinstance(item.op, TensorLeaf):
                     found.append(item)
         return found
+
+    def modules(self) -> list[Module]:
+        """This module and every module inside it."""
+        found: list[Module] = [self]
+        for value in vars(self).values():
+            for item in value if isinstance(value, list | tuple) else [value]:
+                if isinstance(item, Module):
+                    found.extend(item.modules())
+        return found
+
+    def train(self, mode: bool = True) -> Module:
+        """Training mode (the default) for this module and those inside; returns it."""
+        for module in self.modules():
+            module.training = mode
+        return self
+
+    def eval(self) -> Module:
+        """Evaluation mode: dropout off, batch norm with its running statistics."""
+        return self.train(False)
 
     @property
     def device(self) -> str:
@@ -89,6 +127,113 @@ class Linear(Module):
     def __call__(self, x: Node) -> Node:
         y = matmul(x, self.weight)
         return y + self.bias if self.bias is not None else y
+
+
+class Conv2d(Module):
+    """y = conv2d(x, W) + b on images (N, C, H, W), W of shape (F, C, k, k), b of shape (F,).
+
+    W starts He-scaled (standard deviation sqrt(2 / (C k k)), the inputs each output
+    reads); biases at zero. ``ad.conv2d`` is im2col and one matrix product.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        filters: int,
+        kernel: int,
+        *,
+        stride: int = 1,
+        padding: int = 0,
+        dilation: int = 1,
+        bias: bool = True,
+        dtype: str = "float32",
+        device: str | None = None,
+        seed: int = 0,
+        name: str = "conv",
+    ):
+        device = backend.leaf_device(None, device)
+        shape = (filters, channels, kernel, kernel)
+        scale = (2 / (channels * kernel * kernel)) ** 0.5
+        weight = backend.random_normal(shape, dtype, device, seed) * scale
+        self.weight = tensor(weight, name=f"{name}.weight")
+        self.bias = tensor(weight[:, 0, 0, 0] * 0, name=f"{name}.bias") if bias else None
+        self.stride, self.padding, self.dilation = stride, padding, dilation
+
+    def __call__(self, x: Node) -> Node:
+        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
+
+
+class MaxPool2d(Module):
+    """The largest value of each ``kernel`` x ``kernel`` window, per channel."""
+
+    def __init__(self, kernel: int, stride: int | None = None, padding: int = 0):
+        self.kernel, self.stride, self.padding = kernel, stride, padding
+
+    def __call__(self, x: Node) -> Node:
+        return max_pool2d(x, self.kernel, self.stride, self.padding)
+
+
+class AvgPool2d(MaxPool2d):
+    """The mean of each ``kernel`` x ``kernel`` window, per channel."""
+
+    def __call__(self, x: Node) -> Node:
+        return avg_pool2d(x, self.kernel, self.stride, self.padding)
+
+
+class Flatten(Module):
+    """Each example's axes merged into one: (N, C, H, W) -> (N, C*H*W), for a Linear layer."""
+
+    def __call__(self, x: Node) -> Node:
+        return flatten(x, start=1)
+
+
+class Dropout(Module):
+    """Zero each element with probability ``p`` while training (the others scaled by
+    1 / (1 - p)); the identity in evaluation (``model.eval()``). A new mask every step,
+    also in a graph built once: the mask is a node of the graph (``ad.dropout``)."""
+
+    def __init__(self, p: float = 0.5, seed: int = 0):
+        self.p = p
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, x: Node) -> Node:
+        return dropout(x, self.p, training=self.training, seed=self.rng)
+
+
+class LayerNorm(Module):
+    """Each example normalised over its last axis (mean 0, variance 1), then scaled by
+    ``gamma`` and shifted by ``beta`` (parameters of shape (features,))."""
+
+    def __init__(
+        self, features: int, *, eps: float = 1e-5, dtype: str = "float32", device=None
+    ):
+        device = backend.leaf_device(None, device)
+        ones = backend.asarray(np.ones(features, dtype), device=device)
+        self.gamma = tensor(ones, name="layernorm.gamma")
+        self.beta = tensor(ones * 0, name="layernorm.beta")
+        self.eps = eps
+
+    def __call__(self, x: Node) -> Node:
+        return layer_norm(x, self.gamma, self.beta, axis=-1, eps=self.eps)
+
+
+class Sequential(Module):
+    """Layers applied one after another; a layer is a Module or a function of a Node
+    (``ad.relu``, ``lambda x: x.reshape((-1, 1, 8, 8))``).
+
+    >>> import autodiff as ad
+    >>> model = Sequential(Linear(4, 8), ad.relu, Linear(8, 2, seed=1))
+    >>> model(ad.tensor(np.ones((3, 4), "float32"))).shape
+    (3, 2)
+    """
+
+    def __init__(self, *layers: Module | Callable[[Node], Node]):
+        self.layers = list(layers)
+
+    def __call__(self, x: Node) -> Node:
+        for layer in self.layers:
+            x = layer(x)
+        return x
 
 
 ACTIVATIONS: dict[str, Callable[[Node], Node]] = {"relu": relu, "tanh": tanh, "sigmoid": sigmoid}
@@ -152,14 +297,19 @@ def cross_entropy(logits: Node, labels: Any) -> Node:
 
 
 def accuracy(model: Module, x: Any, y: Any, batch_size: int = 4096) -> float:
-    """The fraction of rows of ``x`` whose largest logit is at the label ``y``."""
-    device = model.device
+    """The fraction of rows of ``x`` whose largest logit is at the label ``y`` (the model
+    in evaluation mode)."""
+    device, training = model.device, model.training
+    model.eval()  # no dropout; batch norm with its running statistics
     correct = 0
-    for start in range(0, len(x), batch_size):
-        logits = model(constant(x[start : start + batch_size], device=device)).value
-        xp = backend.namespace(logits)
-        labels = backend.to_device(y[start : start + batch_size], device)
-        correct += int((xp.argmax(logits, axis=-1) == labels).sum())
+    try:
+        for start in range(0, len(x), batch_size):
+            logits = model(constant(x[start : start + batch_size], device=device)).value
+            xp = backend.namespace(logits)
+            labels = backend.to_device(y[start : start + batch_size], device)
+            correct += int((xp.argmax(logits, axis=-1) == labels).sum())
+    finally:
+        model.train(training)
     return correct / len(x)
 
 
@@ -217,6 +367,7 @@ def train(
     """
     from tqdm.auto import tqdm  # imported here: it is slow to import, and only train needs it
 
+    model.train()  # dropout on; batch norm with the batch's statistics
     step = _step_function(model, loss_fn, x, y, compiled)
     history = History()
     steps_per_epoch = -(-len(x) // (batch_size or len(x)))
