@@ -150,7 +150,8 @@ class Node:
             parts.append("symbolic")
         return f"Node({', '.join(parts)})"
 
-    # Operators: Python numbers mix freely (2 * x, x + 1, 1 / x, x ** 3).
+    # Operators: Python numbers mix freely (2 * x, x + 1, 1 / x, x ** 3), and so do NumPy
+    # scalars (np.int64(3) * x: NumPy defers to __rmul__, see __array_ufunc__ above).
     def __add__(self, other):
         return OPERATORS["add"](self, other)
 
@@ -175,11 +176,11 @@ class Node:
     def __rtruediv__(self, other):
         return OPERATORS["divide"](other, self)
 
-    def __pow__(self, other):
-        return OPERATORS["power"](self, other)
+    def __pow__(self, other):  # x ** np.int64(2) takes x ** 2's simpler rule
+        return OPERATORS["power"](self, backend.weak_number(other))
 
     def __rpow__(self, other):
-        return OPERATORS["power"](other, self)
+        return OPERATORS["power"](backend.weak_number(other), self)
 
     def __matmul__(self, other):
         return OPERATORS["matmul"](self, other)
@@ -449,8 +450,9 @@ def constant(data, name: str | None = None, dtype=None, device: str | None = Non
 
 
 def as_node(x) -> Node:
-    """``x`` itself if it is a Node, else a constant holding it."""
-    return x if isinstance(x, Node) else constant(x)
+    """``x`` itself if it is a Node, else a constant holding it (a NumPy scalar as the
+    Python number it holds, so that it stays weak: see ``backend.weak_number``)."""
+    return x if isinstance(x, Node) else constant(backend.weak_number(x))
 
 
 # Running graphs --------------------------------------------------------------------------
