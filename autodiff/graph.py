@@ -301,7 +301,11 @@ class Op:
         for value in input_vals:
             if value is None:
                 return node  # symbolic: computed later by an Executor
-        node.value = op.run(input_vals, attrs)
+        try:
+            node.value = op.run(input_vals, attrs)
+        except DTypeError:
+            op.check_dtypes(input_vals, nodes)  # the same error, with advice for its node
+            raise
         return node
 
     def run(self, input_vals: Sequence[Any], attrs: dict, out: Any = None) -> Any:
@@ -311,7 +315,7 @@ class Op:
         """
         for value in input_vals:
             if getattr(value, "dtype", _FLOAT64).kind not in "fc":
-                self._check_dtypes(input_vals)
+                self.check_dtypes(input_vals)
                 break
         try:
             if out is not None:
@@ -322,14 +326,16 @@ class Op:
         except Exception as exc:
             raise self.explain(exc, input_vals, attrs) from exc
 
-    def _check_dtypes(self, input_vals: Sequence[Any]) -> None:
+    def check_dtypes(self, input_vals: Sequence[Any], inputs: Sequence[Node] = ()) -> None:
+        """Raise a DTypeError for a non-float input the op cannot take. ``inputs``, the
+        input nodes where the caller knows them, make the advice fit the node at hand."""
         for i, value in enumerate(input_vals):
             dtype = getattr(value, "dtype", _FLOAT64)
             if dtype.kind not in "fc" and i not in self.any_dtype_inputs:
+                node = inputs[i] if len(inputs) == len(input_vals) else None
                 raise DTypeError(
                     f"{self.name}: input {i} has dtype {dtype}, but {self.name} is "
-                    f"differentiable and needs floating-point inputs. Convert it "
-                    f"explicitly, e.g. ad.tensor(data, dtype='float64') or 'float32'."
+                    f"differentiable and needs floating-point inputs. {_float_advice(node, value)}"
                 )
 
     def explain(self, exc: Exception, input_vals: Sequence[Any], attrs: dict) -> Exception:
@@ -383,6 +389,22 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<op {self.name}>"
+
+
+def _float_advice(node: Node | None, value: Any) -> str:
+    """How to make the input ``node``, found holding the non-float ``value``, a float."""
+    cast = "np.asarray(data, dtype='float64')"
+    if node is not None and isinstance(node.op, Placeholder):
+        return (
+            f"Placeholder '{node.name}' was fed {value.dtype} data: declare it "
+            f"ad.Variable('{node.name}', dtype='float64') (or 'float32'), which converts "
+            f"what is fed, or feed floats, e.g. {cast}."
+        )
+    if node is not None and node.op.is_leaf and node.value is not value:
+        return f"'{node.name}' was fed {value.dtype} data: feed floats, e.g. {cast}."
+    if node is not None and isinstance(node.op, Constant):
+        return "Convert it explicitly, e.g. ad.constant(data, dtype='float64') or 'float32'."
+    return "Convert it explicitly, e.g. ad.tensor(data, dtype='float64') or 'float32'."
 
 
 # Leaves ---------------------------------------------------------------------------------
