@@ -291,3 +291,39 @@ def test_cross_entropy_with_soft_labels_matches_pytorch():
     (dz,) = ad.gradients(loss, [z])
     assert float(loss.value) == pytest.approx(expected.item(), rel=1e-12)
     np.testing.assert_allclose(dz.value, z_t.grad.numpy(), rtol=1e-10)
+
+
+def imperative_gradient_of_a_product():
+    x, b = ad.tensor(np.ones(3), name="x"), ad.tensor(np.ones(3), name="b")
+    y = ad.sum(x * b)
+    return x, b, y, ad.gradients(y, [x, b])
+
+
+@pytest.mark.parametrize("fed", ["x", "b"])
+def test_imperative_gradients_fed_at_a_new_shape_refuse_with_the_reason(fed):
+    x, b, y, (dx, db) = imperative_gradient_of_a_product()
+    executor = ad.Executor([dx, db])
+    with pytest.raises(ad.ShapeError) as info:
+        executor.run({fed: np.ones((2, 3))})  # was: dx of shape (2, 3) for x of shape (3,)
+    message = str(info.value)
+    for fragment in [f"'{fed}' was fed shape (2, 3)", "(3,)", "multiply", "ad.Variable"]:
+        assert fragment in message, f"{fragment!r} not in: {message}"
+
+
+def test_imperative_gradients_fed_at_their_own_shape_and_forward_graphs_at_any():
+    x, b, y, (dx, db) = imperative_gradient_of_a_product()
+    new_dx, new_db = ad.Executor([dx, db]).run({b: np.arange(3.0), x: np.full(3, 2.0)})
+    np.testing.assert_array_equal(new_dx, [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(new_db, [2.0, 2.0, 2.0])
+    (value,) = ad.Executor([y]).run({b: np.ones((2, 3))})  # no gradient in it: any shape
+    assert value == 6.0
+
+
+def test_gradients_built_from_placeholders_follow_the_fed_shapes():
+    x, b = ad.Variable("x"), ad.Variable("b")
+    dx, db = ad.gradients(ad.sum(x * b), [x, b])
+    executor = ad.Executor([dx, db])
+    for b_value in [np.arange(3.0), np.arange(6.0).reshape(2, 3)]:
+        new_dx, new_db = executor.run({x: np.ones(3), b: b_value})
+        assert new_dx.shape == (3,) and new_db.shape == b_value.shape
+        np.testing.assert_array_equal(new_dx, b_value.reshape(-1, 3).sum(axis=0))
