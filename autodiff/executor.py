@@ -40,7 +40,9 @@ class Executor:
 
     Nodes are evaluated in topological order; an intermediate value is freed as soon as
     its last consumer has run. ``feed_dict`` maps nodes (or their names) to arrays and may
-    override any leaf: this is how one graph is run on many inputs.
+    override any leaf: this is how one graph is run on many inputs. Gradients taken of
+    an imperative graph (tensors) hold to its shapes, so feeding its values at new shapes
+    is refused with a ShapeError; gradients of placeholders follow the fed shapes.
 
     ``plan`` (from ``ad.memory.plan``) runs the graph with that memory plan instead:
     in its order, writing each value into its planned buffer.
