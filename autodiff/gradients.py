@@ -243,8 +243,8 @@ def check_fixed_shapes(feeds: Mapping[Node, Any], fixed: dict[Node, tuple[Node, 
                 f"Executor: '{node.name}' was fed shape {fed_shape}, but a gradient in this "
                 f"graph was built for its shape then, {built_shape}: {forward_node.op.name}'s "
                 f"input {index} and output had the same shape, {forward_node.shape}, so "
-                f"gradients() did not sum that input's gradient back to its shape, and at "
-                f"the new shape it would come out wrong. Build the graph from ad.Variable "
+                f"gradients() did not sum that input's gradient back to its shape, which "
+                f"new shapes can make wrong (silently). Build the graph from ad.Variable "
                 f"placeholders (shape=None, or None for the dimensions that vary) and take "
                 f"its gradients, or build it again from tensors of the new shape."
             )
