@@ -7,7 +7,9 @@ single code path.
 
 Python numbers are kept as Python numbers inside graphs. NumPy (since NEP 50) treats
 them as "weak" scalars: ``float32_array * 2.0`` stays float32, where a 0-d float64
-array would upcast it. That is why ``2 * x`` never changes the dtype of ``x``.
+array would upcast it. That is why ``2 * x`` never changes the dtype of ``x``. NumPy
+scalars (``np.int64(3)``, what indexing or ``.sum()`` of an array gives) count as the
+numbers they hold (``weak_number``), so ``x * np.int64(3)`` keeps it too.
 """
 
 from __future__ import annotations
@@ -43,6 +45,19 @@ def _import_cupy():
 def is_weak_scalar(x: Any) -> bool:
     """True for Python numbers, which NumPy treats as dtype-less ("weak")."""
     return type(x) in (int, float, bool)
+
+
+def weak_number(x: Any) -> Any:
+    """A NumPy scalar (``np.int64(3)``, ``np.float32(2.0)``) as the Python number it holds,
+    so that it mixes with arrays as a Python number does (weakly: ``x * np.int64(3)``
+    keeps x float32); anything else as it is. A 0-d array is an array and stays one.
+
+    >>> type(weak_number(np.int64(3))).__name__, weak_number(2.5)
+    ('int', 2.5)
+    """
+    if isinstance(x, np.generic) and x.dtype.kind in "biuf":
+        return x.item()
+    return x
 
 
 def namespace(*arrays: Any):

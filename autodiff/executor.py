@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import backend, fusion, passes
 from .fusion import FusionReport
+from .gradients import check_fixed_shapes, fixed_shapes
 from .graph import Node, Placeholder, TensorLeaf, describe, find_topo_sort
 from .parallel import Event, ParallelRun, as_workers, widest_level
 from .passes import OptimizeReport
@@ -39,7 +40,9 @@ class Executor:
 
     Nodes are evaluated in topological order; an intermediate value is freed as soon as
     its last consumer has run. ``feed_dict`` maps nodes (or their names) to arrays and may
-    override any leaf: this is how one graph is run on many inputs.
+    override any leaf: this is how one graph is run on many inputs. Gradients taken of
+    an imperative graph (tensors) hold to its shapes, so feeding its values at new shapes
+    is refused with a ShapeError; gradients of placeholders follow the fed shapes.
 
     ``plan`` (from ``ad.memory.plan``) runs the graph with that memory plan instead:
     in its order, writing each value into its planned buffer.
@@ -108,6 +111,8 @@ class Executor:
         # Feeds name leaves of the graph asked for, which optimising may have removed.
         graph = find_topo_sort(self.nodes) if optimize or fuse else self.topo_order
         self._leaves = [node for node in graph if node.op.is_leaf]
+        # Values whose shapes imperative gradients here were built for (gradients.py).
+        self._fixed_shapes = fixed_shapes(graph)
         # An output that optimising turned into a leaf would hand out the leaf's own
         # array, which the caller may change in place (p -= lr * grad): copy those.
         self._copied_outputs = {
@@ -169,6 +174,8 @@ class Executor:
 
     def _feed_values(self, feed_dict: dict) -> dict:
         feeds = resolve_feeds(self._leaves, feed_dict)
+        if self._fixed_shapes:
+            check_fixed_shapes(feeds, self._fixed_shapes)
         if self.plan is not None:
             self.plan.check_feeds(feeds)
         if self.optimize_report is not None or self.fusion_report is not None:

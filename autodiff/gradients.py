@@ -16,10 +16,11 @@ copies of most forward values instead of the values themselves (see checkpoint.p
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from . import backend
 from .checkpoint import Recomputation, choose_checkpoints
@@ -28,6 +29,7 @@ from .graph import (
     Constant,
     DTypeError,
     Node,
+    ShapeError,
     TensorLeaf,
     as_node,
     deferred,
@@ -53,6 +55,13 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+# The gradient contributions sent on without sum_to_like because, when they were built,
+# the op's output and input had the same shape: known from values, in imperative graphs.
+# Each maps to the (forward node, input index) whose shapes were taken as fixed; an
+# Executor that feeds those values at new shapes must refuse (``check_fixed_shapes``).
+_assumed_shapes: WeakKeyDictionary[Node, tuple[Node, int]] = WeakKeyDictionary()
 
 
 @dataclass
@@ -148,8 +157,11 @@ def reverse_pass(
         for index, (x, grad) in enumerate(zip(node.inputs, input_grads, strict=True)):
             if grad is None or x not in on_path or index in node.op.shape_inputs:
                 continue
-            if node.op.broadcasts and node.op.unbroadcast_needed(node, index):
-                grad = sum_to_like(grad, rule_node.inputs[index])
+            if node.op.broadcasts:
+                if node.op.unbroadcast_needed(node, index):
+                    grad = sum_to_like(grad, rule_node.inputs[index])
+                else:  # shapes known (from values) to agree: no sum, while they stay so
+                    _assumed_shapes[grad] = (node, index)
             contributions.setdefault(x, []).append(grad)
             sent.append(grad)
     for x in wrt:  # not walked (outside ``order``): its contributions are its adjoint
@@ -244,6 +256,43 @@ def backward(output: Node) -> None:
 
 
 OPERATORS["backward"] = backward  # type: ignore[assignment]  # Node.backward calls it
+
+
+def fixed_shapes(topo_order: Sequence[Node]) -> dict[Node, tuple[Node, int]]:
+    """The valued nodes whose shapes the gradients among ``topo_order`` rely on, each
+    with one forward node and input index that relied on it (for error messages).
+
+    ``gradients`` skips summing a broadcasting op's gradient back to an input's shape
+    where both shapes were known to agree. In an imperative graph they come from values,
+    which a feed may replace: a new shape would make such a gradient silently wrong.
+    """
+    relied_on = [_assumed_shapes[n] for n in topo_order if n in _assumed_shapes]
+    fixed: dict[Node, tuple[Node, int]] = {}
+    for forward_node, index in relied_on:
+        for node in find_topo_sort([forward_node]):
+            if node.value is not None and node not in fixed:
+                fixed[node] = (forward_node, index)
+    return fixed
+
+
+def check_fixed_shapes(feeds: Mapping[Node, Any], fixed: dict[Node, tuple[Node, int]]) -> None:
+    """Raise a ShapeError if a feed gives a node of ``fixed`` (see ``fixed_shapes``) a
+    shape other than the one its gradients were built for."""
+    for node, value in feeds.items():
+        if node not in fixed:
+            continue
+        built_shape, fed_shape = node.shape, tuple(getattr(value, "shape", ()))
+        if fed_shape != built_shape:
+            forward_node, index = fixed[node]
+            raise ShapeError(
+                f"Executor: '{node.name}' was fed shape {fed_shape}, but a gradient in this "
+                f"graph was built for its shape then, {built_shape}: {forward_node.op.name}'s "
+                f"input {index} and output had the same shape, {forward_node.shape}, so "
+                f"gradients() did not sum that input's gradient back to its shape, which "
+                f"new shapes can make wrong (silently). Build the graph from ad.Variable "
+                f"placeholders (shape=None, or None for the dimensions that vary) and take "
+                f"its gradients, or build it again from tensors of the new shape."
+            )
 
 
 def forward_pass(

@@ -159,7 +159,8 @@ class Node:
             parts.append("symbolic")
         return f"Node({', '.join(parts)})"
 
-    # Operators: Python numbers mix freely (2 * x, x + 1, 1 / x, x ** 3).
+    # Operators: Python numbers mix freely (2 * x, x + 1, 1 / x, x ** 3), and so do NumPy
+    # scalars (np.int64(3) * x: NumPy defers to __rmul__, see __array_ufunc__ above).
     def __add__(self, other):
         return OPERATORS["add"](self, other)
 
@@ -184,11 +185,11 @@ class Node:
     def __rtruediv__(self, other):
         return OPERATORS["divide"](other, self)
 
-    def __pow__(self, other):
-        return OPERATORS["power"](self, other)
+    def __pow__(self, other):  # x ** np.int64(2) takes x ** 2's simpler rule
+        return OPERATORS["power"](self, backend.weak_number(other))
 
     def __rpow__(self, other):
-        return OPERATORS["power"](other, self)
+        return OPERATORS["power"](backend.weak_number(other), self)
 
     def __matmul__(self, other):
         return OPERATORS["matmul"](self, other)
@@ -348,7 +349,11 @@ class Op:
         for value in input_vals:
             if value is None:
                 return node  # symbolic: computed later by an Executor
-        node.value = op.run(input_vals, attrs)
+        try:
+            node.value = op.run(input_vals, attrs)
+        except DTypeError:
+            op.check_dtypes(input_vals, nodes)  # the same error, with advice for its node
+            raise
         return node
 
     def run(self, input_vals: Sequence[Any], attrs: dict, out: Any = None) -> Any:
@@ -358,7 +363,7 @@ class Op:
         """
         for value in input_vals:
             if getattr(value, "dtype", _FLOAT64).kind not in "fc" and self.differentiable:
-                self._check_dtypes(input_vals)
+                self.check_dtypes(input_vals)
                 break
         try:
             if out is not None:
@@ -369,14 +374,16 @@ class Op:
         except Exception as exc:
             raise self.explain(exc, input_vals, attrs) from exc
 
-    def _check_dtypes(self, input_vals: Sequence[Any]) -> None:
+    def check_dtypes(self, input_vals: Sequence[Any], inputs: Sequence[Node] = ()) -> None:
+        """Raise a DTypeError for a non-float input the op cannot take. ``inputs``, the
+        input nodes where the caller knows them, make the advice fit the node at hand."""
         for i, value in enumerate(input_vals):
             dtype = getattr(value, "dtype", _FLOAT64)
             if dtype.kind not in "fc" and i not in self.any_dtype_inputs:
+                node = inputs[i] if len(inputs) == len(input_vals) else None
                 raise DTypeError(
                     f"{self.name}: input {i} has dtype {dtype}, but {self.name} is "
-                    f"differentiable and needs floating-point inputs. Convert it "
-                    f"explicitly, e.g. ad.tensor(data, dtype='float64') or 'float32'."
+                    f"differentiable and needs floating-point inputs. {_float_advice(node, value)}"
                 )
 
     def explain(self, exc: Exception, input_vals: Sequence[Any], attrs: dict) -> Exception:
@@ -439,6 +446,22 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<op {self.name}>"
+
+
+def _float_advice(node: Node | None, value: Any) -> str:
+    """How to make the input ``node``, found holding the non-float ``value``, a float."""
+    cast = "np.asarray(data, dtype='float64')"
+    if node is not None and isinstance(node.op, Placeholder):
+        return (
+            f"Placeholder '{node.name}' was fed {value.dtype} data: declare it "
+            f"ad.Variable('{node.name}', dtype='float64') (or 'float32'), which converts "
+            f"what is fed, or feed floats, e.g. {cast}."
+        )
+    if node is not None and node.op.is_leaf and node.value is not value:
+        return f"'{node.name}' was fed {value.dtype} data: feed floats, e.g. {cast}."
+    if node is not None and isinstance(node.op, Constant):
+        return "Convert it explicitly, e.g. ad.constant(data, dtype='float64') or 'float32'."
+    return "Convert it explicitly, e.g. ad.tensor(data, dtype='float64') or 'float32'."
 
 
 # Leaves ---------------------------------------------------------------------------------
@@ -506,8 +529,9 @@ def constant(data, name: str | None = None, dtype=None, device: str | None = Non
 
 
 def as_node(x) -> Node:
-    """``x`` itself if it is a Node, else a constant holding it."""
-    return x if isinstance(x, Node) else constant(x)
+    """``x`` itself if it is a Node, else a constant holding it (a NumPy scalar as the
+    Python number it holds, so that it stays weak: see ``backend.weak_number``)."""
+    return x if isinstance(x, Node) else constant(backend.weak_number(x))
 
 
 # Running graphs --------------------------------------------------------------------------

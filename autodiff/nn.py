@@ -204,9 +204,7 @@ class LayerNorm(Module):
     """Each example normalised over its last axis (mean 0, variance 1), then scaled by
     ``gamma`` and shifted by ``beta`` (parameters of shape (features,))."""
 
-    def __init__(
-        self, features: int, *, eps: float = 1e-5, dtype: str = "float32", device=None
-    ):
+    def __init__(self, features: int, *, eps: float = 1e-5, dtype: str = "float32", device=None):
         device = backend.leaf_device(None, device)
         ones = backend.asarray(np.ones(features, dtype), device=device)
         self.gamma = tensor(ones, name="layernorm.gamma")

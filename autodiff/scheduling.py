@@ -13,7 +13,7 @@ from collections.abc import Callable, Container, Sequence
 from typing import Any, TypeVar
 
 from . import backend
-from .graph import Constant, Node, Placeholder, ShapeError, find_topo_sort
+from .graph import Constant, DTypeError, Node, Placeholder, ShapeError, find_topo_sort
 
 Step = tuple[Node, list[int], list[int]]  # node, input slots, slots to free after it
 Compute = Callable[[Node, list], Any]  # (node, its inputs' values) -> its value
@@ -59,10 +59,15 @@ def run_schedule(
     for i, (node, input_slots, frees) in enumerate(steps):
         if values[i] is None:
             input_vals = [values[j] for j in input_slots]
-            if compute is None:
-                values[i] = node.op.run(input_vals, node.attrs)  # type: ignore[attr-defined]
-            else:
-                values[i] = compute(node, input_vals)
+            try:
+                if compute is None:
+                    values[i] = node.op.run(input_vals, node.attrs)  # type: ignore[attr-defined]
+                else:
+                    values[i] = compute(node, input_vals)
+            except DTypeError:
+                if isinstance(node, Node):  # the same error, with advice for the input node
+                    node.op.check_dtypes(input_vals, node.inputs)
+                raise
         for j in frees:
             values[j] = None
     return values

@@ -61,3 +61,47 @@ def test_integer_data_is_kept_not_silently_converted():
     with pytest.raises(ad.DTypeError):
         x * 2.0
     assert (ad.tensor([1, 2, 3], dtype="float32") * 2).dtype == np.float32
+
+
+NUMPY_SCALARS = [np.int64(3), np.int32(3), np.float64(2.5), np.float32(2.5), np.bool_(True)]
+
+
+@pytest.mark.parametrize("scalar", NUMPY_SCALARS, ids=lambda s: type(s).__name__)
+def test_numpy_scalars_are_weak_like_python_numbers(scalar):
+    data = np.array([1.0, 2.0, 4.0], dtype=np.float32)
+    x = ad.tensor(data)
+    number = scalar.item()
+    cases = [
+        (lambda x: x * scalar, lambda d: d * number, number),
+        (lambda x: scalar * x, lambda d: number * d, number),  # NumPy defers to __rmul__
+        (lambda x: x + scalar, lambda d: d + number, 1.0),
+        (lambda x: scalar - x, lambda d: number - d, -1.0),
+        (lambda x: scalar / x, lambda d: number / d, -number / data**2),
+    ]
+    for f, expected, slope in cases:
+        y = f(x)
+        assert isinstance(y, ad.Node)
+        assert y.dtype == np.float32, f"{y} is {y.dtype}"
+        np.testing.assert_allclose(y.value, expected(data), rtol=1e-6)
+        (dx,) = ad.gradients(y, [x])
+        assert dx.dtype == np.float32
+        np.testing.assert_allclose(dx.value, np.broadcast_to(slope, data.shape), rtol=1e-6)
+
+
+@pytest.mark.parametrize("exponent", [np.int64(2), np.int32(3), np.float64(0.5)])
+def test_a_numpy_scalar_exponent_takes_the_python_numbers_rule(exponent):
+    x = ad.tensor([1.0, 4.0], dtype="float32")
+    y = x**exponent
+    assert y.op.name == "power_scalar" and y.attrs["exponent"] == exponent.item()
+    assert type(y.attrs["exponent"]) in (int, float)
+    assert y.dtype == np.float32
+    (dx,) = ad.gradients(y, [x])
+    assert dx.dtype == np.float32
+    p = exponent.item()
+    np.testing.assert_allclose(dx.value, p * np.array([1.0, 4.0]) ** (p - 1), rtol=1e-6)
+
+
+def test_a_zero_dimensional_array_is_an_array_not_a_weak_number():
+    x = ad.tensor([1.0, 2.0], dtype="float32")
+    assert (x * np.array(2.0)).dtype == np.float64  # as NumPy: a 0-d float64 array upcasts
+    assert (x * np.array(2.0, dtype=np.float32)).dtype == np.float32

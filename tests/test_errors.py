@@ -134,3 +134,33 @@ def test_a_gradient_rule_returning_the_wrong_number_of_gradients():
     x = ad.tensor(1.0)
     with raises(TypeError, "Half.gradient returned 1 gradients for 2 inputs"):
         ad.gradients(Half.apply(x, x), [x])
+
+
+def test_integer_feed_to_a_placeholder_says_how_to_declare_or_cast_it():
+    x = ad.Variable("pixels")
+    executor = ad.Executor([ad.sin(x) * 2])
+    with raises(
+        ad.DTypeError,
+        "sin: input 0 has dtype int64",
+        "Placeholder 'pixels' was fed int64 data",
+        "ad.Variable('pixels', dtype='float64')",
+        "np.asarray(data, dtype='float64')",
+    ) as info:
+        executor.run({x: np.arange(3)})
+    assert "ad.tensor(" not in str(info.value)  # a placeholder is no tensor
+    declared = ad.Variable("pixels", dtype="float32")  # the fix the message gives
+    np.testing.assert_allclose(
+        ad.evaluate(ad.sin(declared), {declared: np.arange(3)}), np.sin([0, 1, 2]), rtol=1e-6
+    )
+
+
+def test_integer_feed_to_a_tensor_says_to_feed_floats():
+    t = ad.tensor(np.ones(3), name="t")
+    with raises(ad.DTypeError, "exp", "'t' was fed int64 data", "feed floats") as info:
+        ad.evaluate(ad.exp(t), {t: np.arange(3)})
+    assert "Variable" not in str(info.value)
+
+
+def test_integer_constant_says_how_to_make_a_float_constant():
+    with raises(ad.DTypeError, "exp", "ad.constant(data, dtype='float64')"):
+        ad.exp(ad.constant([1, 2]))

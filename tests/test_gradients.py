@@ -242,3 +242,88 @@ def test_imperative_gradient_wrt_an_unused_placeholder_is_symbolic_zeros():
     assert float(dx.value) == 4.0
     assert dp.value is None  # p has no value yet: its zeros come when it is fed
     np.testing.assert_array_equal(ad.evaluate(dp, {p: np.ones((2, 3))}), np.zeros((2, 3)))
+
+
+def soft_labels_with_a_masked_and_an_unnormalised_row():
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((3, 4))
+    labels = rng.uniform(0.1, 1.0, (3, 4))
+    labels[0] /= labels[0].sum()  # a proper distribution
+    labels[1] = 0.0  # a masked row: no loss, no gradient
+    labels[2] *= 2.5 / labels[2].sum()  # unnormalised: sums to 2.5
+    return logits, labels
+
+
+@pytest.mark.parametrize("mode", ["rev", "fwd"])
+def test_cross_entropy_derivatives_with_labels_that_do_not_sum_to_one(mode):
+    logits, labels = soft_labels_with_a_masked_and_an_unnormalised_row()
+    ad.check_grads(ad.softmax_cross_entropy, [logits, labels], order=2, modes=[mode])
+    z, p = ad.tensor(logits), ad.tensor(labels)
+    coarse, composed = ad.softmax_cross_entropy(z, p), ad.softmax_cross_entropy_composed(z, p)
+    for a, b in zip(ad.gradients(coarse, [z, p]), ad.gradients(composed, [z, p]), strict=True):
+        np.testing.assert_allclose(a.value, b.value, rtol=1e-12, atol=1e-15)
+    z_dot, p_dot = np.ones_like(logits), np.arange(12.0).reshape(3, 4)
+    np.testing.assert_allclose(
+        ad.jvp_graph(coarse, [z, p], [z_dot, p_dot]).value,
+        ad.jvp_graph(composed, [z, p], [z_dot, p_dot]).value,
+        rtol=1e-12,
+    )
+
+
+def test_cross_entropy_gradient_by_hand_for_unnormalised_and_masked_rows():
+    # L = -(1/2) sum_rows sum_j P_j log softmax(Z)_j; dZ = (softmax(Z) * sum(P) - P) / 2.
+    z = ad.tensor([[0.0, 0.0], [1.0, 2.0]])
+    p = ad.tensor([[1.0, 1.0], [0.0, 0.0]])
+    loss = ad.softmax_cross_entropy(z, p)
+    assert float(loss.value) == pytest.approx(np.log(2.0))  # row 0: 2 log 2, over 2 rows
+    (dz,) = ad.gradients(loss, [z])
+    np.testing.assert_allclose(dz.value, [[0.0, 0.0], [0.0, 0.0]], atol=1e-15)
+
+
+def test_cross_entropy_with_soft_labels_matches_pytorch():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here")
+    logits, labels = soft_labels_with_a_masked_and_an_unnormalised_row()
+    z_t = torch.tensor(logits, requires_grad=True)
+    expected = torch.nn.functional.cross_entropy(z_t, torch.tensor(labels))
+    expected.backward()
+    z = ad.tensor(logits)
+    loss = ad.softmax_cross_entropy(z, labels)
+    (dz,) = ad.gradients(loss, [z])
+    assert float(loss.value) == pytest.approx(expected.item(), rel=1e-12)
+    np.testing.assert_allclose(dz.value, z_t.grad.numpy(), rtol=1e-10)
+
+
+def imperative_gradient_of_a_product():
+    x, b = ad.tensor(np.ones(3), name="x"), ad.tensor(np.ones(3), name="b")
+    y = ad.sum(x * b)
+    return x, b, y, ad.gradients(y, [x, b])
+
+
+@pytest.mark.parametrize("fed", ["x", "b"])
+def test_imperative_gradients_fed_at_a_new_shape_refuse_with_the_reason(fed):
+    x, b, y, (dx, db) = imperative_gradient_of_a_product()
+    executor = ad.Executor([dx, db])
+    with pytest.raises(ad.ShapeError) as info:
+        executor.run({fed: np.ones((2, 3))})  # was: dx of shape (2, 3) for x of shape (3,)
+    message = str(info.value)
+    for fragment in [f"'{fed}' was fed shape (2, 3)", "(3,)", "multiply", "ad.Variable"]:
+        assert fragment in message, f"{fragment!r} not in: {message}"
+
+
+def test_imperative_gradients_fed_at_their_own_shape_and_forward_graphs_at_any():
+    x, b, y, (dx, db) = imperative_gradient_of_a_product()
+    new_dx, new_db = ad.Executor([dx, db]).run({b: np.arange(3.0), x: np.full(3, 2.0)})
+    np.testing.assert_array_equal(new_dx, [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(new_db, [2.0, 2.0, 2.0])
+    (value,) = ad.Executor([y]).run({b: np.ones((2, 3))})  # no gradient in it: any shape
+    assert value == 6.0
+
+
+def test_gradients_built_from_placeholders_follow_the_fed_shapes():
+    x, b = ad.Variable("x"), ad.Variable("b")
+    dx, db = ad.gradients(ad.sum(x * b), [x, b])
+    executor = ad.Executor([dx, db])
+    for b_value in [np.arange(3.0), np.arange(6.0).reshape(2, 3)]:
+        new_dx, new_db = executor.run({x: np.ones(3), b: b_value})
+        assert new_dx.shape == (3,) and new_db.shape == b_value.shape
+        np.testing.assert_array_equal(new_dx, b_value.reshape(-1, 3).sum(axis=0))

@@ -256,3 +256,43 @@ def test_error_curve_takes_a_single_method_name():
 def test_derivative_of_a_function_returning_a_list(method):
     derivative = numerical.derivative(lambda t: [t * t, np.sin(t)], 0.5, method=method)
     np.testing.assert_allclose(derivative, [1.0, np.cos(0.5)], rtol=1e-6)
+
+
+class SlightlyWrongSquare(ad.Op, register=False):
+    """Y = X**2, with a gradient rule 50% too big (3 X dY) and a right tangent."""
+
+    def compute(self, x):
+        return x**2
+
+    def gradient(self, node, output_grad):
+        return [3 * output_grad * node.inputs[0]]
+
+    def jvp(self, node, x_dot):
+        return 2 * x_dot * node.inputs[0]
+
+
+FLOAT16_FUNCTIONS = [
+    (lambda x: ad.sin(x) * x, [(5,)]),
+    (lambda x, w: ad.tanh(x @ w), [(4, 3), (3, 2)]),
+    (lambda z: ad.softmax_cross_entropy(z, np.array([0, 2, 1, 1])), [(4, 3)]),
+    (lambda x: ad.mean(x**3), [(10, 10)]),
+]
+
+
+@pytest.mark.parametrize("f, shapes", FLOAT16_FUNCTIONS)
+@pytest.mark.parametrize("seed", range(4))
+def test_check_grads_passes_right_float16_rules(f, shapes, seed):
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal(shape).astype(np.float16) for shape in shapes]
+    ad.check_grads(f, args, order=2, seed=seed)
+
+
+def test_check_grads_still_catches_wrong_float16_rules():
+    x = np.array([0.3, 1.2, -0.7], dtype=np.float16)
+    with pytest.raises(AssertionError, match=r"reverse mode.*float16"):
+        ad.check_grads(SlightlyWrongSquare.apply, [x], modes=("rev",))
+    ad.check_grads(SlightlyWrongSquare.apply, [x], modes=("fwd",))
+    with pytest.raises(AssertionError, match=r"reverse mode.*float16"):
+        ad.check_grads(WrongSin.apply, [x], modes=("rev",))
+    with pytest.raises(AssertionError, match=r"forward mode.*float16"):
+        ad.check_grads(WrongSquareTangent.apply, [x], modes=("fwd",))

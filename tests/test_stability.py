@@ -55,3 +55,35 @@ def test_importing_autodiff_never_imports_cupy():
     code = "import sys, autodiff; print('cupy' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+@pytest.mark.parametrize("op", [ad.softmax, ad.log_softmax])
+@pytest.mark.parametrize("shape", [(2, 0), (0, 3), (0,)])
+def test_softmax_over_an_empty_axis_is_empty_with_an_empty_gradient(op, shape):
+    x = ad.tensor(np.zeros(shape))
+    y = op(x)
+    assert y.value.shape == shape
+    (dx,) = ad.gradients(ad.sum(y * y), [x])
+    assert dx.value.shape == shape
+    assert ad.jvp_graph(y, [x], [np.ones(shape)]).value.shape == shape
+
+
+@pytest.mark.parametrize(
+    "shape, axis, keepdims, expected",
+    [
+        ((2, 0), -1, False, [-np.inf, -np.inf]),  # the log of an empty sum, per row
+        ((2, 0), -1, True, [[-np.inf], [-np.inf]]),
+        ((2, 0), None, False, -np.inf),
+        ((2, 0), 0, False, np.zeros(0)),  # a non-empty axis of an empty array: empty
+        ((0, 3), -1, False, np.zeros(0)),
+    ],
+)
+def test_logsumexp_over_an_empty_axis_is_minus_infinity(shape, axis, keepdims, expected):
+    x = ad.tensor(np.zeros(shape))
+    y = ad.logsumexp(x, axis=axis, keepdims=keepdims)
+    np.testing.assert_array_equal(y.value, expected)
+    (dx,) = ad.gradients(y, [x])  # seeded with ones: the gradient of sum(y)
+    assert dx.value.shape == shape
+    np.testing.assert_array_equal(
+        ad.jvp_graph(y, [x], [np.ones(shape)]).value, np.zeros_like(expected)
+    )

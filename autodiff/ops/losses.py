@@ -1,7 +1,8 @@
 """Losses: the coarse op at the end of a network.
 
 ``softmax_cross_entropy`` is one op (a "coarse" operator): its forward pass uses the
-log-sum-exp trick and its gradient is the famous ``softmax(logits) - labels``. The
+log-sum-exp trick and its gradient is the famous ``softmax(logits) - labels`` for rows
+of labels that sum to 1 (in general ``softmax(logits) * sum(labels) - labels``). The
 lecture compares it with the same loss composed of fine ops
 (``-mean(sum(labels * log_softmax(logits), axis=-1))``).
 """
@@ -82,11 +83,13 @@ def one_hot(labels, logits) -> Node:
 
 class SoftmaxCrossEntropy(Op):
     """L = -mean over rows of sum(P * log_softmax(Z), axis=-1), P = labels as probabilities;
-    dZ = dL * (softmax(Z) - P) / rows,   dP = -dL * log_softmax(Z) / rows;
-    L' = sum((softmax(Z) - P) * Z' - log_softmax(Z) * P') / rows.
+    dZ = dL * (softmax(Z) * S - P) / rows,   dP = -dL * log_softmax(Z) / rows;
+    L' = sum((softmax(Z) * S - P) * Z' - log_softmax(Z) * P') / rows,
+    where S = sum(P, axis=-1, keepdims=True) is each row's label mass.
 
-    Labels are class indices (shape Z.shape[:-1], never differentiated) or probabilities
-    (Z's shape).
+    Labels are class indices (shape Z.shape[:-1], never differentiated; then S = 1) or
+    probabilities (Z's shape), whose rows need not sum to 1: a masked row of zeros adds
+    nothing to the loss and gets no gradient.
     """
 
     name = "softmax_cross_entropy"
@@ -111,17 +114,29 @@ class SoftmaxCrossEntropy(Op):
     def gradient(self, node, output_grad):
         logits, labels = node.inputs
         scale = output_grad / (count(logits) / count(logits, axis=-1))
-        d_logits = (softmax(logits) - one_hot(labels, logits)) * scale
+        d_logits = logits_adjoint(logits, labels) * scale
         d_labels = -log_softmax(logits) * scale
         return [d_logits, d_labels]
 
     def jvp(self, node, logits_dot, labels_dot):
         logits, labels = node.inputs
         rows = count(logits) / count(logits, axis=-1)
-        tangent = sum((softmax(logits) - one_hot(labels, logits)) * logits_dot) / rows
+        tangent = sum(logits_adjoint(logits, labels) * logits_dot) / rows
         if labels_dot is not None:
             tangent = tangent - sum(log_softmax(logits) * labels_dot) / rows
         return tangent
+
+
+def logits_adjoint(logits: Node, labels: Node) -> Node:
+    """softmax(Z) * S - P: the derivative of the summed loss by the logits, row by row.
+
+    S, each row's label mass, is 1 for class indices, so they skip the row sum; for
+    probabilities it is summed, since soft or masked rows need not sum to 1.
+    """
+    probs = one_hot(labels, logits)
+    if labels.dtype is not None and not is_floating(labels.dtype):
+        return softmax(logits) - probs
+    return softmax(logits) * sum(probs, axis=-1, keepdims=True) - probs
 
 
 def softmax_cross_entropy(logits, labels) -> Node:

@@ -3,6 +3,8 @@
 A reduction's gradient spreads the adjoint back over every element that was reduced
 (``broadcast_like``). ``axis`` and ``keepdims`` mean what they mean in NumPy.
 Softmax and log-softmax normalise along ``axis`` (default: the last) and keep the shape.
+Over an empty axis, as in NumPy-style libraries, softmax and log-softmax give an empty
+array and logsumexp gives -inf (the log of an empty sum).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def reduced_shape(shape, axis, keepdims: bool):
 def logsumexp_values(x, axis, keepdims: bool):
     """log(sum(exp(x))) without overflow: the max is taken out before exponentiating."""
     xp = namespace(x)
+    if x.size == 0:  # an empty sum is 0 and log(0) = -inf (max() of nothing is an error)
+        out = xp.full(reduced_shape(x.shape, axis, keepdims=True), -xp.inf, dtype=x.dtype)
+        return out if keepdims else out.reshape(reduced_shape(x.shape, axis, keepdims=False))
     shift = x.max(axis=axis, keepdims=True)
     shift = xp.where(xp.isfinite(shift), shift, 0)  # an all -inf slice stays -inf, not nan
     out = xp.log(xp.exp(x - shift).sum(axis=axis, keepdims=True)) + shift
@@ -137,6 +142,8 @@ class Softmax(Op):
 
     def compute(self, x, axis):
         xp = namespace(x)
+        if x.size == 0:  # nothing to normalise (and max() of nothing is an error)
+            return xp.zeros_like(x)
         e = xp.exp(x - x.max(axis=axis, keepdims=True))
         return e / e.sum(axis=axis, keepdims=True)
 
