@@ -272,6 +272,9 @@ class Op:
     shape_inputs: ClassVar[tuple[int, ...]] = ()
     # Positions that may hold integers (class labels); integers are never differentiated.
     integer_inputs: ClassVar[tuple[int, ...]] = ()
+    # False for ops whose output has no derivative at all (argmax's integer indices):
+    # their gradient rule raises, and the registry-wide gradient tests leave them out.
+    differentiable: ClassVar[bool] = True
     # Memory planning (memory.py). in_place: the output may overwrite an input of its
     # shape. takes_out: the op has a ``compute_into`` (a family may decide per op).
     in_place: ClassVar[bool] = False
