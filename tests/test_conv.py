@@ -133,6 +133,35 @@ def test_conv2d_runs_in_symbolic_graphs_with_an_unknown_batch():
     np.testing.assert_allclose(got_dw, ad.gradients(eager.sum(), [w])[0].value, rtol=1e-12)
 
 
+def test_a_symbolic_stack_of_layers_runs_the_same_optimised_and_planned():
+    """conv -> relu -> pool -> conv -> batch norm on a placeholder: the later layers learn
+    their input's shape from the shape rules (no values yet), and the graph passes and
+    the memory plan leave the values and gradients alone."""
+    from autodiff import memory
+
+    rng = np.random.default_rng(15)
+    x = ad.Variable("x", shape=(None, 2, 6, 6))
+    w1, w2 = (
+        ad.tensor(rng.standard_normal((3, 2, 3, 3))),
+        ad.tensor(rng.standard_normal((4, 3, 2, 2))),
+    )
+    h = ad.max_pool2d(ad.relu(ad.conv2d(x, w1, padding=1)), 2)
+    out = ad.batch_norm(ad.avg_pool2d(ad.conv2d(h, w2), 2, 1))
+    loss = (out * out * out).sum()
+    outputs = [loss, *ad.gradients(loss, [w1, w2])]
+    feed = {x: rng.standard_normal((5, 2, 6, 6))}
+    plain = ad.Executor(outputs).run(feed)
+    assert plain[1].shape == (3, 2, 3, 3)
+    eager_loss = ad.batch_norm(ad.avg_pool2d(ad.conv2d(ad.max_pool2d(ad.relu(
+        ad.conv2d(ad.tensor(feed[x]), w1, padding=1)), 2), w2), 2, 1))  # fmt: skip
+    np.testing.assert_allclose(plain[0], (eager_loss.value**3).sum(), rtol=1e-12)
+    optimised = ad.Executor(outputs, optimize=True).run(feed)
+    planned = ad.Executor(outputs, plan=memory.plan(outputs, feed)).run(feed)
+    for a, b, c in zip(plain, optimised, planned, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-12)
+        np.testing.assert_allclose(c, a, rtol=1e-12)
+
+
 def test_conv2d_keeps_float32():
     x, w, b = (a.astype(np.float32) for a in random_problem())
     xt, wt, bt = ad.tensor(x), ad.tensor(w), ad.tensor(b)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from .. import backend
 from ..backend import namespace
 from ..graph import DomainError, Node, Op, ShapeError, Spec, as_node, constant
-from ..static_shapes import UNKNOWN, has_rank, is_symbol
+from ..static_shapes import UNKNOWN, Signatures, has_rank, is_symbol
 from .linalg import matmul
 from .reductions import max, mean
 from .shape import reshape, transpose
@@ -213,9 +213,26 @@ def col2im(columns, like, kernel, stride=1, padding=0, dilation=1) -> Node:
     )
 
 
+def static_shape(x: Node) -> tuple | None:
+    """x's shape while the graph is built, None for each length not known yet: its
+    value's shape, a placeholder's declared one, or for a symbolic node the one its ops'
+    shape rules infer (static_shapes.py). None if not even the rank is known.
+
+    >>> import autodiff as ad
+    >>> static_shape(ad.Variable("x", shape=(None, 3)) * 2)
+    (None, 3)
+    """
+    shape: object = x.shape
+    if shape is None and not x.op.is_leaf:
+        shape = Signatures().of(x).shape
+    if not isinstance(shape, tuple):  # rank unknown
+        return None
+    return tuple(None if is_symbol(d) else d for d in shape)
+
+
 def _known_shape(x: Node, op: str, what: str) -> tuple:
     """x's shape, which ``op`` needs while building the graph (to reshape back)."""
-    shape = x.shape
+    shape = static_shape(x)
     if shape is None or len(shape) != 4 or any(d is None for d in shape[1:]):
         raise ShapeError(
             f"{op}: the {what} must have a known shape with 4 axes while the graph is "
@@ -317,13 +334,15 @@ def dropout(x, p: float = 0.5, training: bool = True, seed=None) -> Node:
     x = as_node(x)
     if not training or p == 0:
         return x
-    shape = x.shape
+    shape = static_shape(x)
     if shape is None or any(d is None for d in shape):
         raise ShapeError(
             f"dropout: the mask is drawn when the graph is built, so x needs a known shape, "
             f"got {shape}. Feed a tensor, or declare the full shape of the Variable."
         )
-    dtype = x.dtype if x.dtype is not None else backend.float_dtype("float64")
+    dtype = Signatures().of(x).dtype
+    if dtype is None or is_symbol(dtype):
+        dtype = backend.float_dtype("float64")
     device = x.device or backend.get_default_device()
     uniform = backend.random_uniform(tuple(shape), dtype, device, seed)
     mask = (uniform >= p).astype(dtype) / (1 - p)

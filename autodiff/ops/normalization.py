@@ -18,6 +18,7 @@ each example, batch norm over the examples (and pixels) of each channel.
 from __future__ import annotations
 
 from ..graph import Node, ShapeError, as_node
+from .conv import static_shape
 from .elementwise import sqrt
 from .reductions import mean
 from .shape import reshape
@@ -69,15 +70,16 @@ def batch_norm(x, gamma=None, beta=None, eps: float = 1e-5, channel_axis: int = 
     [-1.0, 1.0]
     """
     x = as_node(x)
-    if x.shape is None:
+    shape = static_shape(x)
+    if shape is None:
         raise ShapeError(
             "batch_norm: x needs a known number of axes while the graph is built. Declare "
             "it, e.g. ad.Variable('x', shape=(None, C))."
         )
-    ndim = len(x.shape)
+    ndim = len(shape)
     if ndim < 2:
         raise ShapeError(
-            f"batch_norm: x must have a batch axis and a channel axis, got shape {x.shape}."
+            f"batch_norm: x must have a batch axis and a channel axis, got shape {shape}."
         )
     channel_axis %= ndim
     axes = tuple(a for a in range(ndim) if a != channel_axis)
