@@ -141,6 +141,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_training.py
 	$(BIN)/python benchmarks/bench_parallel.py
+	$(BIN)/python benchmarks/bench_conv.py
 
 # On a machine with an NVIDIA GPU (CUDA 12): CuPy from the gpu extra, PyTorch with CUDA.
 bench-gpu: $(VENV)/.installed-bench $(VENV)/.installed-gpu

@@ -243,9 +243,21 @@ def random_normal(shape: tuple[int, ...], dtype: Any, device: str, seed: int) ->
     return asarray(values.astype(dtype), device=device)
 
 
+def random_uniform(shape: tuple[int, ...], dtype: Any, device: str, seed: Any = None) -> Array:
+    """Uniform samples in [0, 1) on ``device``; ``seed``: None (fresh), an int, or a
+    ``numpy.random.Generator`` (drawn from, so successive calls differ)."""
+    values = np.random.default_rng(seed).random(shape)
+    return asarray(values.astype(dtype), device=device)
+
+
 def float_dtype(name: str):
     """The dtype object for a name such as 'float32'."""
     return np.dtype(name)
+
+
+def index_dtype():
+    """The dtype of indices (argmax's output): int64 on every device, as CuPy gives."""
+    return np.dtype("int64")
 
 
 def inf() -> float:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import autodiff as ad
+from autodiff.ops.reductions import tie_weights
 from autodiff.ops.shape import sum_to_shape
 
 
@@ -80,14 +81,120 @@ def reduction_axis(draw, ndim):
 
 
 @st.composite
-def reductions(draw, op, reference):
-    x = draw(arrays(draw(shapes)))
+def reductions(draw, op, reference, elements=None):
+    x = draw(arrays(draw(shapes), elements))
     axis = draw(reduction_axis(x.ndim))
     keepdims = draw(st.booleans())
     return Case(
         lambda a: op(a, axis=axis, keepdims=keepdims),
         [x],
         lambda a: reference(a, axis=axis, keepdims=keepdims),
+    )
+
+
+@st.composite
+def distinct_arrays(draw, shape):
+    """Arrays whose elements differ by at least 0.25 (max's gradient check needs no ties
+    within a finite-difference step of each other)."""
+    size = int(np.prod(shape))
+    order = draw(st.permutations(range(size)))
+    return (np.asarray(order, dtype=np.float64).reshape(shape) - size / 2) / 4
+
+
+@st.composite
+def extrema(draw, op, reference):
+    """max / min cases: distinct elements, any axis, keepdims or not."""
+    x = draw(distinct_arrays(draw(shapes)))
+    axis = draw(reduction_axis(x.ndim))
+    keepdims = draw(st.booleans())
+    return Case(
+        lambda a: op(a, axis=axis, keepdims=keepdims),
+        [x],
+        lambda a: reference(a, axis=axis, keepdims=keepdims),
+    )
+
+
+@st.composite
+def ties(draw):
+    """tie_weights(x, max(x)): 1 where each slice's max is, 0 elsewhere. Distinct elements,
+    since a tie would make the finite differences jump (tests/test_statistics.py
+    checks ties)."""
+    x = draw(distinct_arrays(draw(shapes)))
+    axis = draw(reduction_axis(x.ndim))
+    keepdims = draw(st.booleans())
+
+    def reference(a):
+        hits = (a == a.max(axis=axis, keepdims=True)).astype(a.dtype)
+        return hits / hits.sum(axis=axis, keepdims=True)
+
+    return Case(lambda a: tie_weights(a, ad.max(a, axis, keepdims), axis, keepdims), [x], reference)
+
+
+@st.composite
+def arg_extrema(draw, op, reference):
+    """argmax / argmin: integer output, not differentiable (Op.differentiable is False,
+    so the gradient tests leave them out)."""
+    x = draw(distinct_arrays(draw(shapes)))
+    axis = draw(st.none() | st.integers(-x.ndim, x.ndim - 1)) if x.ndim else None
+    return Case(lambda a: op(a, axis), [x], lambda a: reference(a, axis))
+
+
+@st.composite
+def image_geometry(draw):
+    """An image shape (N, C, H, W) and an im2col geometry that fits it."""
+    kernel = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = (draw(st.integers(0, 1)), draw(st.integers(0, 1)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    smallest = [dilation[i] * (kernel[i] - 1) + 1 - 2 * padding[i] for i in (0, 1)]
+    h = draw(st.integers(max(smallest[0], 1), 5))
+    w = draw(st.integers(max(smallest[1], 1), 5))
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 2)), h, w)
+    return shape, dict(kernel=kernel, stride=stride, padding=padding, dilation=dilation)
+
+
+def np_im2col(x, kernel, stride, padding, dilation):
+    """The reference: a loop over output pixels, reading each patch."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    n, c, h, w = x.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    rows = []
+    for b in range(n):
+        for i in range(oh):
+            for j in range(ow):
+                patch = padded[b, :, i * sh : i * sh + dh * (kh - 1) + 1 : dh]
+                patch = patch[:, :, j * sw : j * sw + dw * (kw - 1) + 1 : dw]
+                rows.append(patch.reshape(-1))
+    return np.asarray(rows).reshape(n * oh * ow, c * kh * kw)
+
+
+def np_col2im(columns, shape, kernel, stride, padding, dilation):
+    """The reference: the transpose of np_im2col, read off its matrix."""
+    size = int(np.prod(shape))
+    basis = np.eye(size).reshape(size, *shape)
+    matrix = np.stack([np_im2col(e, kernel, stride, padding, dilation).ravel() for e in basis])
+    return (matrix @ columns.ravel()).reshape(shape)
+
+
+@st.composite
+def im2cols(draw):
+    shape, geometry = draw(image_geometry())
+    x = draw(arrays(shape))
+    return Case(lambda a: ad.im2col(a, **geometry), [x], lambda a: np_im2col(a, **geometry))
+
+
+@st.composite
+def col2ims(draw):
+    shape, geometry = draw(image_geometry())
+    like = ad.constant(np.zeros(shape))
+    columns_shape = np_im2col(np.zeros(shape), **geometry).shape
+    g = draw(arrays(columns_shape))
+    return Case(
+        lambda a: ad.col2im(a, like, **geometry),
+        [g],
+        lambda a: np_col2im(a, shape, **geometry),
     )
 
 
@@ -380,6 +487,15 @@ OP_CASES = {
     "less_equal": comparisons(ad.less_equal, np.less_equal),
     "greater": comparisons(ad.greater, np.greater),
     "greater_equal": comparisons(ad.greater_equal, np.greater_equal),
+    # reductions and convolution (issue 19)
+    "max": extrema(ad.max, np.max),
+    "min": extrema(ad.min, np.min),
+    "tie_weights": ties(),
+    "prod": reductions(ad.prod, np.prod, away_from_zero(0.5)),
+    "argmax": arg_extrema(ad.argmax, np.argmax),
+    "argmin": arg_extrema(ad.argmin, np.argmin),
+    "im2col": im2cols(),
+    "col2im": col2ims(),
 }
 
 # -- indexing, joining and axes (issue 19) ------------------------------------------------

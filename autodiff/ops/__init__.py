@@ -5,6 +5,7 @@ table of Node's operators (``graph.OPERATORS``: ``x + y`` calls ``add``).
 """
 
 from ..graph import OPERATORS
+from .conv import avg_pool2d, col2im, conv2d, dropout, im2col, max_pool2d
 from .elementwise import (
     abs,
     add,
@@ -49,7 +50,22 @@ from .indexing import (
 )
 from .linalg import matmul
 from .losses import one_hot, softmax_cross_entropy, softmax_cross_entropy_composed
-from .reductions import count, log_softmax, logsumexp, mean, softmax, sum
+from .normalization import batch_norm, layer_norm
+from .reductions import (
+    argmax,
+    argmin,
+    count,
+    log_softmax,
+    logsumexp,
+    max,
+    mean,
+    min,
+    prod,
+    softmax,
+    std,
+    sum,
+    var,
+)
 from .shape import (
     broadcast_like,
     broadcast_to,
@@ -143,4 +159,20 @@ __all__ = [
     "minimum",
     "not_equal",
     "where",
+    # reductions and convolution (issue 19)
+    "argmax",
+    "argmin",
+    "avg_pool2d",
+    "batch_norm",
+    "col2im",
+    "conv2d",
+    "dropout",
+    "im2col",
+    "layer_norm",
+    "max",
+    "max_pool2d",
+    "min",
+    "prod",
+    "std",
+    "var",
 ]

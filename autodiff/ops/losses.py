@@ -10,7 +10,7 @@ lecture compares it with the same loss composed of fine ops
 from __future__ import annotations
 
 from ..backend import is_floating, namespace
-from ..graph import DomainError, DTypeError, Node, Op, ShapeError, Spec
+from ..graph import DomainError, DTypeError, Node, Op, ShapeError, Spec, named
 from ..static_shapes import UNKNOWN, is_symbol, result_dtype, same
 from .reductions import count, log_softmax, logsumexp_values, softmax, sum
 from .shape import shape_of
@@ -76,9 +76,9 @@ class OneHot(Op):
         return labels_dot
 
 
-def one_hot(labels, logits) -> Node:
+def one_hot(labels, logits, name: str | None = None) -> Node:
     """``labels`` (class indices or probabilities) as probabilities shaped like ``logits``."""
-    return OneHot.apply(labels, logits)
+    return OneHot.apply(labels, logits, name=name)
 
 
 class SoftmaxCrossEntropy(Op):
@@ -127,7 +127,7 @@ class SoftmaxCrossEntropy(Op):
         return tangent
 
 
-def logits_adjoint(logits: Node, labels: Node) -> Node:
+def logits_adjoint(logits: Node, labels: Node, name: str | None = None) -> Node:
     """softmax(Z) * S - P: the derivative of the summed loss by the logits, row by row.
 
     S, each row's label mass, is 1 for class indices, so they skip the row sum; for
@@ -135,11 +135,11 @@ def logits_adjoint(logits: Node, labels: Node) -> Node:
     """
     probs = one_hot(labels, logits)
     if labels.dtype is not None and not is_floating(labels.dtype):
-        return softmax(logits) - probs
-    return softmax(logits) * sum(probs, axis=-1, keepdims=True) - probs
+        return named(softmax(logits) - probs, name)
+    return named(softmax(logits) * sum(probs, axis=-1, keepdims=True) - probs, name)
 
 
-def softmax_cross_entropy(logits, labels) -> Node:
+def softmax_cross_entropy(logits, labels, name: str | None = None) -> Node:
     """Mean cross-entropy between softmax(logits) and labels, over all rows.
 
     ``labels`` are integer class indices of shape ``logits.shape[:-1]`` or float
@@ -150,11 +150,13 @@ def softmax_cross_entropy(logits, labels) -> Node:
     >>> round(float(ad.softmax_cross_entropy(logits, [0, 1]).value), 4)
     0.1269
     """
-    return SoftmaxCrossEntropy.apply(logits, labels)
+    return SoftmaxCrossEntropy.apply(logits, labels, name=name)
 
 
-def softmax_cross_entropy_composed(logits, labels) -> Node:
+def softmax_cross_entropy_composed(logits, labels, name: str | None = None) -> Node:
     """The same loss built from fine-grained ops (more nodes, same value and gradient)."""
-    return -sum(one_hot(labels, logits) * log_softmax(logits)) / (
-        count(logits) / count(logits, axis=-1)
+    return named(
+        -sum(one_hot(labels, logits) * log_softmax(logits))
+        / (count(logits) / count(logits, axis=-1)),
+        name,
     )

@@ -9,10 +9,10 @@ array and logsumexp gives -inf (the log of an empty sum).
 
 from __future__ import annotations
 
-from ..backend import namespace
-from ..graph import Node, Op, Spec
+from ..backend import index_dtype, namespace
+from ..graph import DTypeError, Node, Op, Spec, named
 from ..static_shapes import UNKNOWN, has_rank
-from .elementwise import exp
+from .elementwise import exp, sqrt
 from .shape import broadcast_like, normalize_axes
 
 
@@ -75,9 +75,9 @@ class Sum(Op):
         return sum(x_dot, **node.attrs)
 
 
-def sum(x, axis=None, keepdims: bool = False) -> Node:
+def sum(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
     """Sum over ``axis`` (all axes when None), as numpy.sum."""
-    return Sum.apply(x, axis=_axis(axis), keepdims=keepdims)
+    return Sum.apply(x, axis=_axis(axis), keepdims=keepdims, name=name)
 
 
 class Count(Op):
@@ -104,9 +104,9 @@ class Count(Op):
         return None
 
 
-def count(x, axis=None) -> Node:
+def count(x, axis=None, name: str | None = None) -> Node:
     """How many elements a reduction of x over ``axis`` combines, in x's dtype."""
-    return Count.apply(x, axis=_axis(axis))
+    return Count.apply(x, axis=_axis(axis), name=name)
 
 
 class LogSumExp(Op):
@@ -131,9 +131,9 @@ class LogSumExp(Op):
         return sum(weights * x_dot, **node.attrs)
 
 
-def logsumexp(x, axis=None, keepdims: bool = False) -> Node:
+def logsumexp(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
     """log(sum(exp(x))) over ``axis``, computed stably."""
-    return LogSumExp.apply(x, axis=_axis(axis), keepdims=keepdims)
+    return LogSumExp.apply(x, axis=_axis(axis), keepdims=keepdims, name=name)
 
 
 class Softmax(Op):
@@ -159,9 +159,9 @@ class Softmax(Op):
         return node * (x_dot - sum(x_dot * node, axis, keepdims=True))
 
 
-def softmax(x, axis=-1) -> Node:
+def softmax(x, axis=-1, name: str | None = None) -> Node:
     """exp(x) normalised to sum to 1 along ``axis`` (default: the last axis)."""
-    return Softmax.apply(x, axis=_axis(axis))
+    return Softmax.apply(x, axis=_axis(axis), name=name)
 
 
 class LogSoftmax(Op):
@@ -185,11 +185,208 @@ class LogSoftmax(Op):
         return x_dot - sum(exp(node) * x_dot, axis, keepdims=True)
 
 
-def log_softmax(x, axis=-1) -> Node:
+def log_softmax(x, axis=-1, name: str | None = None) -> Node:
     """log(softmax(x)) along ``axis``, computed stably."""
-    return LogSoftmax.apply(x, axis=_axis(axis))
+    return LogSoftmax.apply(x, axis=_axis(axis), name=name)
 
 
-def mean(x, axis=None, keepdims: bool = False) -> Node:
+def mean(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
     """Mean over ``axis``: the sum divided by the count (so it needs no rule of its own)."""
-    return sum(x, axis, keepdims) / count(x, axis)
+    return named(sum(x, axis, keepdims) / count(x, axis), name)
+
+
+# Max, min, prod, var, std, argmax, argmin (issue 19) --------------------------------------
+
+
+class TieWeights(Op):
+    """W = (X == M) / (how many elements of X's slice equal M), where M is the max (or min)
+    of X over ``axis``: each extremum's share of the gradient; ties split it equally.
+
+    Piecewise constant, so it has no gradient:  dX = 0, dM = 0;  W' = 0. It is what
+    makes max's rule a graph of ops (the comparison is a constant of the rule).
+    """
+
+    name = "tie_weights"
+
+    def compute(self, x, extremum, axis, keepdims):
+        xp = namespace(x)
+        if axis is not None and not keepdims:
+            extremum = xp.expand_dims(extremum, axis)  # line it up with x again
+        hits = (x == extremum).astype(x.dtype)
+        return hits / hits.sum(axis=axis, keepdims=True)
+
+    def infer(self, x, extremum, axis, keepdims):
+        return Spec(x.shape, x.dtype)
+
+    def gradient(self, node, output_grad):
+        return [None, None]
+
+    def jvp(self, node, x_dot, extremum_dot):
+        return None
+
+
+def tie_weights(x, extremum, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+    """Where x reaches ``extremum`` (its max or min over ``axis``), 1/#ties; elsewhere 0."""
+    return TieWeights.apply(x, extremum, axis=_axis(axis), keepdims=keepdims, name=name)
+
+
+class Max(Op):
+    """Y = max(X, axis);   dX = dY * W (broadcast back),  W = tie_weights(X, Y): the
+    gradient goes to the maximum, split equally among tied maxima (as JAX and
+    TensorFlow do; PyTorch's amax does the same), so d sum(max) stays exact;
+    Y' = sum(W * X', axis)."""
+
+    def compute(self, x, axis, keepdims):
+        return x.max(axis=axis, keepdims=keepdims)
+
+    def infer(self, x, axis, keepdims):
+        return Spec(reduced_shape(x.shape, axis, keepdims), x.dtype)
+
+    def gradient(self, node, output_grad):
+        x = node.inputs[0]
+        weights = tie_weights(x, node, **node.attrs)
+        return [broadcast_like(output_grad, x, _spread_axis(node.attrs)) * weights]
+
+    def jvp(self, node, x_dot):
+        weights = tie_weights(node.inputs[0], node, **node.attrs)
+        return sum(weights * x_dot, **node.attrs)
+
+
+def max(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+    """The largest element over ``axis`` (all axes when None), as numpy.max.
+
+    Gradient: to the maximum; tied maxima share it equally.
+
+    >>> import autodiff as ad
+    >>> x = ad.tensor([1.0, 3.0, 3.0])
+    >>> ad.gradients(ad.max(x), [x])[0].value
+    array([0. , 0.5, 0.5])
+    """
+    return Max.apply(x, axis=_axis(axis), keepdims=keepdims, name=name)
+
+
+class Min(Max):
+    """Y = min(X, axis);   dX = dY * W (broadcast back),  W = tie_weights(X, Y): tied
+    minima share the gradient equally;   Y' = sum(W * X', axis)."""
+
+    def compute(self, x, axis, keepdims):
+        return x.min(axis=axis, keepdims=keepdims)
+
+
+def min(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+    """The smallest element over ``axis`` (all axes when None), as numpy.min.
+
+    Gradient: to the minimum; tied minima share it equally.
+    """
+    return Min.apply(x, axis=_axis(axis), keepdims=keepdims, name=name)
+
+
+class Prod(Op):
+    """Y = prod(X, axis);   dX = dY * Y / X (broadcast back);   Y' = sum(Y / X * X', axis).
+
+    Y / X is the product of the *other* elements only where X != 0: at a zero the
+    rule divides 0 by 0 and the gradient is nan (keep inputs away from 0, or write
+    the product as exp(sum(log(...))) of positive numbers).
+    """
+
+    def compute(self, x, axis, keepdims):
+        return x.prod(axis=axis, keepdims=keepdims)
+
+    def infer(self, x, axis, keepdims):
+        return Spec(reduced_shape(x.shape, axis, keepdims), x.dtype)
+
+    def gradient(self, node, output_grad):
+        x = node.inputs[0]
+        spread = _spread_axis(node.attrs)
+        others = broadcast_like(node, x, spread) / x
+        return [broadcast_like(output_grad, x, spread) * others]
+
+    def jvp(self, node, x_dot):
+        x = node.inputs[0]
+        others = broadcast_like(node, x, _spread_axis(node.attrs)) / x
+        return sum(others * x_dot, **node.attrs)
+
+
+def prod(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+    """The product of the elements over ``axis``, as numpy.prod (gradient: nan at zeros).
+
+    >>> import autodiff as ad
+    >>> float(ad.prod(ad.tensor([2.0, 3.0, 4.0])).value)
+    24.0
+    """
+    return Prod.apply(x, axis=_axis(axis), keepdims=keepdims, name=name)
+
+
+def var(x, axis=None, keepdims: bool = False, ddof: int = 0, name: str | None = None) -> Node:
+    """The variance over ``axis``, as numpy.var: mean((x - mean(x))**2) with n - ``ddof``
+    in the denominator.
+
+    A composition of ops (mean, subtract, multiply, sum, divide), not an op: its
+    gradient, 2 (x - mean) / (n - ddof), and the second derivative come from the pieces.
+
+    >>> import autodiff as ad
+    >>> float(ad.var(ad.tensor([1.0, 2.0, 3.0, 4.0])).value)
+    1.25
+    """
+    axis = _axis(axis)
+    centred = x - mean(x, axis, keepdims=True)
+    return named(sum(centred * centred, axis, keepdims) / (count(x, axis) - ddof), name)
+
+
+def std(x, axis=None, keepdims: bool = False, ddof: int = 0, name: str | None = None) -> Node:
+    """The standard deviation over ``axis``, as numpy.std: sqrt(var(x, axis, ddof=ddof)).
+
+    A composition (sqrt of ``var``). Where the variance is 0 (a constant slice) its
+    gradient is nan (sqrt has an infinite slope at 0): add a small eps first, as
+    layer_norm does.
+    """
+    return named(sqrt(var(x, axis, keepdims, ddof)), name)
+
+
+class ArgMax(Op):
+    """Y = argmax(X, axis): integer indices, as numpy.argmax. Not differentiable: Y is
+    piecewise constant and integer, so Y' = 0 (forward mode passes no tangent) and
+    asking for dX through Y is an error (differentiate ``max`` instead)."""
+
+    integer_inputs = (0,)  # the largest of integers is a fine question too
+    differentiable = False
+
+    def compute(self, x, axis):
+        return x.argmax(axis=axis).astype(index_dtype(), copy=False)
+
+    def infer(self, x, axis):
+        return Spec(reduced_shape(x.shape, axis, False), index_dtype())
+
+    def gradient(self, node, output_grad):
+        raise DTypeError(
+            f"{self.name} is not differentiable: its output holds integer indices. "
+            f"Differentiate a floating-point expression instead: ad.max gives the largest "
+            f"value, and its gradient flows to where argmax points."
+        )
+
+    def jvp(self, node, x_dot):
+        return None
+
+
+def argmax(x, axis: int | None = None, name: str | None = None) -> Node:
+    """Indices of the largest elements along ``axis`` (of the flattened x when None), as
+    numpy.argmax; the first one when several tie. Integer output: not differentiable.
+
+    >>> import autodiff as ad
+    >>> ad.argmax(ad.tensor([[1.0, 5.0], [7.0, 2.0]]), axis=1).value
+    array([1, 0])
+    """
+    return ArgMax.apply(x, axis=axis, name=name)
+
+
+class ArgMin(ArgMax):
+    """Y = argmin(X, axis): integer indices, as numpy.argmin. Not differentiable (Y' = 0;
+    dX through Y is an error: differentiate ``min`` instead)."""
+
+    def compute(self, x, axis):
+        return x.argmin(axis=axis).astype(index_dtype(), copy=False)
+
+
+def argmin(x, axis: int | None = None, name: str | None = None) -> Node:
+    """Indices of the smallest elements along ``axis``, as numpy.argmin (not differentiable)."""
+    return ArgMin.apply(x, axis=axis, name=name)
