@@ -24,8 +24,12 @@ def test_matmul_shape_mismatch_names_the_op_and_both_shapes():
 
 
 def test_matmul_of_a_vector_says_how_to_make_a_matrix():
-    with raises(ad.ShapeError, "matmul", "(3,)", "reshape"):
-        ad.tensor(np.ones(3)) @ ad.tensor(np.ones((3, 2)))
+    # A vector known as one when the graph is built follows NumPy's rule (issue 19); one
+    # that turns out to be a vector only when fed is refused, saying what to do.
+    assert (ad.tensor(np.ones(3)) @ ad.tensor(np.ones((3, 2)))).shape == (2,)
+    v = ad.Variable("v")
+    with raises(ad.ShapeError, "matmul", "(3,)", "reshape", "declare the Variable's shape"):
+        ad.evaluate(v @ ad.tensor(np.ones((3, 2))), {v: np.ones(3)})
 
 
 def test_broadcast_mismatch_names_the_op_and_both_shapes():
