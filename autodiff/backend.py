@@ -243,6 +243,11 @@ def random_normal(shape: tuple[int, ...], dtype: Any, device: str, seed: int) ->
     return asarray(values.astype(dtype), device=device)
 
 
+def generator(seed: Any = None) -> np.random.Generator:
+    """A NumPy random Generator from ``seed`` (None, an int, or a Generator, kept as it is)."""
+    return np.random.default_rng(seed)
+
+
 def random_uniform(shape: tuple[int, ...], dtype: Any, device: str, seed: Any = None) -> Array:
     """Uniform samples in [0, 1) on ``device``; ``seed``: None (fresh), an int, or a
     ``numpy.random.Generator`` (drawn from, so successive calls differ)."""

@@ -27,10 +27,11 @@ import numpy as np
 from . import backend, data
 from .executor import Executor
 from .gradients import collector_paused, gradients
-from .graph import Node, TensorLeaf, Variable, constant, tensor
+from .graph import Node, ShapeError, TensorLeaf, Variable, constant, tensor
 from .ops import (
     avg_pool2d,
     conv2d,
+    count,
     dropout,
     flatten,
     layer_norm,
@@ -38,10 +39,13 @@ from .ops import (
     max_pool2d,
     mean,
     relu,
+    reshape,
     sigmoid,
     softmax_cross_entropy,
+    sqrt,
     tanh,
 )
+from .ops.conv import static_shape
 
 
 class Module:
@@ -215,6 +219,67 @@ class LayerNorm(Module):
         return layer_norm(x, self.gamma, self.beta, axis=-1, eps=self.eps)
 
 
+class BatchNorm(Module):
+    """Batch normalisation per channel (axis 1 of (N, C) or (N, C, H, W) inputs), then a
+    scale ``gamma`` and shift ``beta`` per channel (parameters).
+
+    Training: each channel normalised with its batch's mean and variance, as
+    ``ad.batch_norm``; those are also kept as running averages (``momentum``; the
+    variance unbiased, as PyTorch keeps it). Evaluation (``model.eval()``): the running
+    averages instead, so an example's output no longer depends on its batch.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        *,
+        momentum: float = 0.1,
+        eps: float = 1e-5,
+        dtype: str = "float32",
+        device: str | None = None,
+        name: str = "batchnorm",
+    ):
+        device = backend.leaf_device(None, device)
+        ones = backend.asarray(np.ones(channels, dtype), device=device)
+        self.gamma = tensor(ones, name=f"{name}.gamma")
+        self.beta = tensor(ones * 0, name=f"{name}.beta")
+        self.running_mean, self.running_var = ones * 0, ones.copy()  # arrays: not trained
+        self.momentum, self.eps = momentum, eps
+        # The last training call's batch mean, variance and count per channel: nodes that
+        # a graph built once (nn.train) computes at every step, for update_running.
+        self.statistics: tuple[Node, Node, Node] | None = None
+
+    def __call__(self, x: Node) -> Node:
+        shape = static_shape(x)
+        if shape is None or len(shape) < 2:
+            raise ShapeError(
+                f"BatchNorm: x needs a batch axis and a channel axis, got shape {shape}."
+            )
+        per_channel = (1, -1) + (1,) * (len(shape) - 2)
+        if self.training:
+            axes = tuple(a for a in range(len(shape)) if a != 1)
+            batch_mean = mean(x, axes, keepdims=True)
+            centred = x - batch_mean
+            variance = mean(centred * centred, axes, keepdims=True)
+            self.statistics = (batch_mean, variance, count(x, axes))
+            if batch_mean.value is not None:  # define-by-run: the values are here now
+                self.update_running(*(node.value for node in self.statistics))
+        else:
+            centred = x - constant(self.running_mean.reshape(per_channel))
+            variance = constant(self.running_var.reshape(per_channel))
+        y = centred / sqrt(variance + self.eps)
+        return y * reshape(self.gamma, per_channel) + reshape(self.beta, per_channel)
+
+    def update_running(self, batch_mean: Any, variance: Any, n: Any) -> None:
+        """Move the running averages towards a batch's statistics (in place)."""
+        n = float(n)
+        unbiased = variance.reshape(-1) * (n / max(n - 1, 1))
+        self.running_mean *= 1 - self.momentum
+        self.running_mean += self.momentum * batch_mean.reshape(-1)
+        self.running_var *= 1 - self.momentum
+        self.running_var += self.momentum * unbiased
+
+
 class Sequential(Module):
     """Layers applied one after another; a layer is a Module or a function of a Node
     (``ad.relu``, ``lambda x: x.reshape((-1, 1, 8, 8))``).
@@ -336,9 +401,19 @@ def _step_function(model: Module, loss_fn: Callable, x: Any, y: Any, compiled: b
     x_var = Variable("x", shape=(None, *x.shape[1:]), dtype=x.dtype)
     y_var = Variable("y", shape=(None, *y.shape[1:]), dtype=y.dtype)
     loss = loss_fn(model(x_var), y_var)
+    # Batch norm layers' batch statistics come out too, for their running averages.
+    norms = [m for m in model.modules() if isinstance(m, BatchNorm) and m.statistics]
+    statistics = [node for m in norms for node in m.statistics or ()]
     # On the GPU each run of elementwise ops becomes one kernel (autodiff/fusion.py).
-    executor = Executor([loss, *gradients(loss, params)], fuse=model.device == "gpu")
-    return lambda xb, yb: executor.run({x_var: xb, y_var: yb})
+    executor = Executor([loss, *gradients(loss, params), *statistics], fuse=model.device == "gpu")
+
+    def run(xb, yb):
+        values = executor.run({x_var: xb, y_var: yb})
+        for k, norm in enumerate(norms):
+            norm.update_running(*values[1 + len(params) + 3 * k :][:3])
+        return values[: 1 + len(params)]
+
+    return run
 
 
 def train(

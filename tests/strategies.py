@@ -630,7 +630,21 @@ def place_parts(draw):
     return Case(lambda a: ad.place_part(a, like, *likes, **attrs), [g], reference)
 
 
+@st.composite
+def dropout_masks(draw):
+    x = draw(arrays(draw(shapes)))
+    p = draw(st.sampled_from([0.0, 0.25, 0.5, 0.9]))
+    seed = draw(st.integers(0, 2**16))
+
+    def reference(a):  # the draws of a Generator seeded alike
+        uniform = np.random.default_rng(seed).random(a.shape)
+        return (uniform >= p) / (1 - p)
+
+    return Case(lambda a: ad.dropout_mask(a, p, np.random.default_rng(seed)), [x], reference)
+
+
 OP_CASES.update(
+    dropout_mask=dropout_masks(),
     getitem=getitems(),
     place_part=place_parts(),
     scatter_like=scatters_like(),

@@ -357,3 +357,18 @@ def test_conv2d_and_pooling_on_the_gpu_match_the_cpu(stride, padding, dilation):
     for on_gpu, on_cpu in zip(results[1], results[0], strict=True):
         assert on_gpu.device == "gpu"
         np.testing.assert_allclose(backend.to_numpy(on_gpu.value), on_cpu.value, rtol=1e-10)
+
+
+def test_dropout_in_a_graph_built_once_draws_a_new_mask_each_run_and_differentiates_by_it():
+    """nn.train builds the graph once: the mask is a node, drawn at every run, and the
+    gradient of that run reads the same mask (dX = dY * mask)."""
+    x = ad.Variable("x", shape=(None, 50))
+    y = ad.dropout(x * 1.0, 0.5, seed=np.random.default_rng(0))
+    (gx,) = ad.gradients(ad.sum(y * 3.0), [x])
+    run = ad.Executor([y, gx])
+    ones = np.ones((4, 50))
+    (y1, g1), (y2, g2) = run.run({x: ones}), run.run({x: ones})
+    assert not np.array_equal(y1, y2)  # another mask at the second step
+    for y_val, g_val in ((y1, g1), (y2, g2)):
+        np.testing.assert_array_equal(g_val, 3.0 * y_val)  # mask * dY, the same mask
+    assert set(np.unique(y1)) == {0.0, 2.0}

@@ -139,3 +139,97 @@ def test_clear_errors():
         nn.Linear(2, 2, init="zeros")
     with pytest.raises(ValueError, match="input and an output size"):
         nn.MLP([3])
+
+
+# -- convolutional layers (issue 19) ----------------------------------------------------------
+
+
+def digits_cnn(device=None, seed=0):
+    """Lecture 4's CNN: two 3x3 convolutions with 2x2 max pooling, dropout, a linear layer."""
+    return nn.Sequential(
+        lambda t: t.reshape((-1, 1, 8, 8)),
+        nn.Conv2d(1, 32, 3, padding=1, device=device, seed=seed),
+        ad.relu,
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1, device=device, seed=seed + 1),
+        ad.relu,
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Dropout(0.5, seed=seed),
+        nn.Linear(64 * 2 * 2, 10, device=device, seed=seed + 2),
+    )
+
+
+def test_a_cnn_reads_the_digits_better_than_the_mlp():
+    x_train, y_train, x_test, y_test = data.train_test_split(*data.digits(), seed=0)
+    mlp = nn.MLP([64, 64, 10], seed=0)
+    nn.train(mlp, nn.cross_entropy, optim.Adam(mlp.parameters(), lr=0.01), x_train, y_train,
+             epochs=10, batch_size=64, progress=False)  # fmt: skip
+    cnn = digits_cnn()
+    history = nn.train(cnn, nn.cross_entropy, optim.Adam(cnn.parameters(), lr=0.005),
+                       x_train, y_train, epochs=15, batch_size=64, progress=False)  # fmt: skip
+    assert history.epoch_loss[-1] < history.epoch_loss[0] / 5
+    assert all(p.value.dtype == np.float32 for p in cnn.parameters())
+    mlp_accuracy, cnn_accuracy = nn.accuracy(mlp, x_test, y_test), nn.accuracy(cnn, x_test, y_test)
+    assert cnn_accuracy > mlp_accuracy, (cnn_accuracy, mlp_accuracy)
+    assert cnn.training  # accuracy() switched to evaluation and back
+
+
+def test_conv_layers_shapes_and_initialisation():
+    conv = nn.Conv2d(3, 8, 5, padding=2, seed=0)
+    assert conv.weight.shape == (8, 3, 5, 5) and conv.bias.shape == (8,)
+    assert np.std(conv.weight.value) == pytest.approx((2 / 75) ** 0.5, rel=0.1)
+    x = ad.tensor(np.ones((2, 3, 6, 6), "float32"))
+    assert conv(x).shape == (2, 8, 6, 6)
+    assert nn.MaxPool2d(2)(conv(x)).shape == (2, 8, 3, 3)
+    assert nn.AvgPool2d(3, stride=1)(conv(x)).shape == (2, 8, 4, 4)
+    assert nn.Flatten()(conv(x)).shape == (2, 8 * 36)
+    norm = nn.LayerNorm(36)
+    out = norm(nn.Flatten()(conv(x)).reshape((2, 8, 36))).value
+    np.testing.assert_allclose(out.mean(axis=-1), 0, atol=1e-5)
+
+
+def test_dropout_is_off_in_evaluation_and_on_in_training():
+    model = nn.Sequential(nn.Dropout(0.5, seed=0))
+    x = ad.tensor(np.ones((4, 100)))
+    assert set(np.unique(model(x).value)) == {0.0, 2.0}
+    assert model.eval()(x) is x and not model.layers[0].training
+    assert model.train()(x) is not x
+
+
+def test_batch_norm_keeps_running_averages_in_both_training_styles():
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(64, 3)) * [1.0, 2.0, 3.0] + [5.0, -1.0, 0.0]).astype("float32")
+    y = rng.integers(0, 2, 64)
+    running = []
+    for compiled in (True, False):
+        model = nn.Sequential(nn.BatchNorm(3, momentum=0.5), nn.Linear(3, 2, seed=0))
+        out = model(ad.tensor(x)).value  # a define-by-run call updates the averages too
+        assert out.shape == (64, 2)
+        norm = model.layers[0]
+        norm.running_mean[:], norm.running_var[:] = 0, 1
+        nn.train(model, nn.cross_entropy, optim.SGD(model.parameters(), lr=1e-9), x, y,
+                 epochs=2, batch_size=64, progress=False, compiled=compiled)  # fmt: skip
+        running.append((norm.running_mean.copy(), norm.running_var.copy()))
+    for mean, var in running:  # two steps at momentum 0.5: 3/4 of the way there
+        np.testing.assert_allclose(mean, 0.75 * x.mean(axis=0), rtol=1e-5)
+        np.testing.assert_allclose(var, 0.75 * x.var(axis=0, ddof=1) + 0.25, rtol=1e-5)
+    model.eval()
+    normed = model.layers[0](ad.tensor(x)).value
+    expected = (x - running[1][0]) / np.sqrt(running[1][1] + 1e-5)
+    np.testing.assert_allclose(normed, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_cnn_trains_the_same_on_each_device(device):
+    x_train, y_train, _, _ = data.train_test_split(*data.digits(), seed=0)
+    x_train, y_train = x_train[:256], y_train[:256]
+    losses = []
+    for where in ("cpu", device):
+        model = digits_cnn(device=where)
+        opt = optim.Adam(model.parameters(), lr=0.005)
+        history = nn.train(model, nn.cross_entropy, opt, x_train, y_train, epochs=2,
+                           batch_size=64, progress=False)  # fmt: skip
+        assert model.device == where
+        losses.append(history.loss)
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-3)

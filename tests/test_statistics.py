@@ -98,7 +98,9 @@ def test_argmax_and_argmin_match_numpy_and_pick_the_first_tie():
 
 def test_differentiating_through_argmax_is_a_clear_error():
     x = ad.tensor([1.0, 3.0, 2.0])
-    with pytest.raises(ad.DTypeError, match=r"argmax is not differentiable.*integer indices.*ad\.max"):
+    with pytest.raises(
+        ad.DTypeError, match=r"argmax is not differentiable.*integer indices.*ad\.max"
+    ):
         ad.gradients(ad.argmax(x), [x])
     with pytest.raises(ad.DTypeError, match="argmin"):
         ad.gradients(ad.argmin(x), [x])

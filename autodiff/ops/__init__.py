@@ -5,7 +5,7 @@ table of Node's operators (``graph.OPERATORS``: ``x + y`` calls ``add``).
 """
 
 from ..graph import OPERATORS
-from .conv import avg_pool2d, col2im, conv2d, dropout, im2col, max_pool2d
+from .conv import avg_pool2d, col2im, conv2d, dropout, dropout_mask, im2col, max_pool2d
 from .elementwise import (
     abs,
     add,
@@ -167,6 +167,7 @@ __all__ = [
     "col2im",
     "conv2d",
     "dropout",
+    "dropout_mask",
     "im2col",
     "layer_norm",
     "max",

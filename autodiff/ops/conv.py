@@ -16,8 +16,8 @@ So only two new ops are needed, a linear pair:
 Each is the other's gradient, so ``conv2d``'s gradient (and its gradient's gradient)
 comes from matmul's rule and these two, with nothing written for conv2d itself.
 Pooling is the same story: ``im2col`` on each channel, then the ``max`` or ``mean``
-reduction over each patch. Dropout multiplies by a random mask that is a constant of
-the graph, so its gradient is the mask times the adjoint.
+reduction over each patch. Dropout multiplies by a random mask, a node drawn anew at
+every run, so its gradient is the same mask times the adjoint.
 
 Images are NCHW: (batch, channels, height, width); kernels (F, C, KH, KW).
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..backend import namespace
-from ..graph import DomainError, Node, Op, ShapeError, Spec, as_node, constant, named
+from ..graph import DomainError, Node, Op, ShapeError, Spec, as_node, named
 from ..static_shapes import UNKNOWN, Signatures, has_rank, is_symbol
 from .linalg import matmul
 from .reductions import max, mean
@@ -319,12 +319,45 @@ def avg_pool2d(x, kernel, stride=None, padding: int = 0, name: str | None = None
     return named(_pool(x, kernel, stride, padding, mean, 0.0, "avg_pool2d"), name)
 
 
+class DropoutMask(Op):
+    """Y = a random mask shaped like X: 0 with probability p, else 1 / (1 - p), drawn
+    anew each time the node is computed;   no gradient (X lends its shape and dtype).
+
+    A node, not a constant, so that a graph built once (``nn.train``) drops other units
+    at every step. ``dropout`` multiplies by it, and its gradient, dY * mask, reads the
+    same node: each step's backward pass uses the mask of its own forward pass.
+    """
+
+    name = "dropout_mask"
+    shape_inputs = (0,)
+
+    def compute(self, x, p, rng):
+        uniform = backend.random_uniform(tuple(x.shape), x.dtype, backend.device_of(x), rng)
+        return (uniform >= p).astype(x.dtype) / (1 - p)
+
+    def infer(self, x, p, rng):
+        return Spec(x.shape, x.dtype)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def jvp(self, node, x_dot):
+        return None
+
+
+def dropout_mask(x, p: float, rng, name: str | None = None) -> Node:
+    """A fresh dropout mask shaped like x at every run (see DropoutMask); ``rng`` is a
+    numpy Generator, drawn from at each run."""
+    return DropoutMask.apply(x, p=float(p), rng=rng, name=name)
+
+
 def dropout(x, p: float = 0.5, training: bool = True, seed=None, name: str | None = None) -> Node:
     """Inverted dropout: in training, each element is zeroed with probability ``p`` and
     the survivors are scaled by 1 / (1 - p), so the expected value is x; not training:
-    x itself. The mask is drawn once, when the node is built, and is a constant of the
-    graph, so dX = mask * dY. ``seed`` (an int or a numpy Generator) makes it
-    reproducible.
+    x itself. Y = X * mask and dX = dY * mask, where the mask is a node drawn anew at
+    every run of the graph (``dropout_mask``). ``seed``: an int (the same masks every
+    time the node is built), a numpy Generator (drawn from: a layer's masks differ step
+    after step, reproducibly), or None (fresh).
 
     >>> import autodiff as ad
     >>> y = ad.dropout(ad.tensor([1.0, 1.0, 1.0, 1.0]), p=0.5, seed=0)
@@ -338,16 +371,5 @@ def dropout(x, p: float = 0.5, training: bool = True, seed=None, name: str | Non
     x = as_node(x)
     if not training or p == 0:
         return named(x, name)
-    shape = static_shape(x)
-    if shape is None or any(d is None for d in shape):
-        raise ShapeError(
-            f"dropout: the mask is drawn when the graph is built, so x needs a known shape, "
-            f"got {shape}. Feed a tensor, or declare the full shape of the Variable."
-        )
-    dtype = Signatures().of(x).dtype
-    if dtype is None or is_symbol(dtype):
-        dtype = backend.float_dtype("float64")
-    device = x.device or backend.get_default_device()
-    uniform = backend.random_uniform(tuple(shape), dtype, device, seed)
-    mask = (uniform >= p).astype(dtype) / (1 - p)
-    return named(x * constant(mask, name="dropout_mask"), name)
+    rng = backend.generator(seed)  # a Generator stays itself: drawn from at each run
+    return named(x * dropout_mask(x, p, rng), name)
