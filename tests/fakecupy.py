@@ -12,7 +12,6 @@ a student's GPU. This module copies the behaviour of CuPy that trips NumPy code:
   NumPy scalars and Python numbers are fine;
 * NumPy functions called on a CuPy array dispatch to CuPy (``__array_ufunc__``,
   ``__array_function__``), and return CuPy arrays;
-* ``lib.stride_tricks.as_strided`` (im2col's strided view of an image);
 * a memory pool (``get_default_memory_pool``), ``cuda.runtime.getDeviceCount``,
   ``cuda.Device().synchronize`` and ``fuse`` (which, as CuPy does for NumPy inputs,
   runs the Python function).
@@ -249,16 +248,6 @@ def fuse(*args, **kwargs):
     if len(args) == 1 and callable(args[0]) and not kwargs:
         return decorate(args[0])
     return decorate
-
-
-def _as_strided(x, shape=None, strides=None):
-    """``cupy.lib.stride_tricks.as_strided``: a view of a device array with new strides."""
-    if not isinstance(x, ndarray):
-        raise TypeError(f"Unsupported type {type(x)}")
-    return ndarray(numpy.lib.stride_tricks.as_strided(x._array, shape, strides))
-
-
-lib = SimpleNamespace(stride_tricks=SimpleNamespace(as_strided=_as_strided))
 
 
 class _Random:

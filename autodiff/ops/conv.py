@@ -83,6 +83,12 @@ def _product(*lengths):
     return result
 
 
+def _window(offset: int, stride: int, dilation: int, length: int) -> slice:
+    """The pixels that kernel entry ``offset`` reads along one axis, for ``length`` outputs."""
+    start = offset * dilation
+    return slice(start, start + stride * (length - 1) + 1, stride)
+
+
 class Im2Col(Op):
     """Y[(n, i, j), (c, p, q)] = Xpad[n, c, i*sh + p*dh, j*sw + q*dw]: one row per kernel
     position (N*OH*OW rows), one column per kernel entry (C*KH*KW columns), where Xpad
@@ -95,19 +101,17 @@ class Im2Col(Op):
         xp = namespace(x)
         oh, ow = _geometry(x.shape, kernel, stride, padding, dilation, self.name)
         n, c, h, w = x.shape
-        (kh, kw), (ph, pw) = kernel, padding
-        if ph or pw:
-            x = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
-        # A view whose axes are (n, i, j, c, p, q): moving i by one moves `stride`
-        # pixels down, moving p by one moves `dilation` pixels. No element is copied yet.
-        sn, sc, sh, sw = x.strides
-        windows = xp.lib.stride_tricks.as_strided(
-            x,
-            shape=(n, oh, ow, c, kh, kw),
-            strides=(sn, sh * stride[0], sw * stride[1], sc, sh * dilation[0], sw * dilation[1]),
-        )
+        (kh, kw), (ph, pw), (sh, sw), (dh, dw) = kernel, padding, stride, dilation
+        # The padded image, channels last, so that each kernel entry (p, q) reads one
+        # strided slab of it, Xpad[n, i*sh + p*dh, j*sw + q*dw, c] for every (n, i, j, c),
+        # and copies it into its column: KH*KW vectorised copies, no loop over pixels.
+        image = xp.full((n, h + 2 * ph, w + 2 * pw, c), fill, dtype=x.dtype)
+        image[:, ph : ph + h, pw : pw + w, :] = x.transpose(0, 2, 3, 1)
         columns = xp.empty((n, oh, ow, c, kh, kw), dtype=x.dtype)
-        columns[...] = windows  # the one copy
+        for p in range(kh):
+            for q in range(kw):
+                rows, cols = _window(p, sh, dh, oh), _window(q, sw, dw, ow)
+                columns[:, :, :, :, p, q] = image[:, rows, cols, :]
         return columns.reshape(n * oh * ow, c * kh * kw)
 
     def infer(self, x, kernel, stride, padding, dilation, fill):
@@ -172,18 +176,14 @@ class Col2Im(Op):
                 f"shape {tuple(like.shape)} with kernel {kernel}: expected {expected}."
             )
         patches = columns.reshape(n, oh, ow, c, kh, kw)
-        padded = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=columns.dtype)
+        padded = xp.zeros((n, h + 2 * ph, w + 2 * pw, c), dtype=columns.dtype)  # channels last
         # One vectorised scatter-add per kernel entry (p, q): the patches' entries for
         # (p, q) land on a strided grid of pixels, and no two of them on the same pixel.
         for p in range(kh):
             for q in range(kw):
-                top, left = p * dilation[0], q * dilation[1]
-                rows = slice(top, top + sh * (oh - 1) + 1, sh)
-                cols = slice(left, left + sw * (ow - 1) + 1, sw)
-                padded[:, :, rows, cols] += patches[:, :, :, :, p, q].transpose(0, 3, 1, 2)
-        if ph or pw:
-            return xp.ascontiguousarray(padded[:, :, ph : ph + h, pw : pw + w])
-        return padded
+                rows, cols = _window(p, sh, dilation[0], oh), _window(q, sw, dilation[1], ow)
+                padded[:, rows, cols, :] += patches[:, :, :, :, p, q]
+        return xp.ascontiguousarray(padded[:, ph : ph + h, pw : pw + w, :].transpose(0, 3, 1, 2))
 
     def infer(self, columns, like, kernel, stride, padding, dilation):
         return Spec(like.shape, columns.dtype)
