@@ -1,6 +1,6 @@
 """conv2d forward + backward (im2col, one matmul, col2im) next to PyTorch's CPU convolution.
 
-    python benchmarks/bench_conv.py            # 9 rounds per case, under a minute
+    python benchmarks/bench_conv.py            # 21 rounds per case, under a minute
     python benchmarks/bench_conv.py --quick    # smoke run: 1 round (seconds)
 
 Cases (NCHW, 3x3 kernels, padding 1, stride 1):
@@ -13,7 +13,8 @@ One step is the forward convolution and the gradients of x, w and b for a fixed 
 adjoint dY (the same for every peer). Peers: autodiff imperative (the graph is rebuilt
 each step), autodiff symbolic (built once, ``Executor.run`` each step), PyTorch on the
 CPU (if installed). The first step of each peer is checked against autodiff's; then the
-peers take turns for the rounds, medians and ratios (autodiff / torch) are printed.
+peers take turns for the rounds; medians, and the median of each round's ratio
+(autodiff / torch), are printed.
 NumPy and PyTorch keep their default thread counts (the header prints them).
 """
 
@@ -108,16 +109,17 @@ def report(name: str, shape, times: dict[str, list[float]]) -> None:
             f"  {peer:<20} {medians[peer] * 1e3:9.2f} ms  "
             f"(min {min(t) * 1e3:.2f}, max {max(t) * 1e3:.2f})"
         )
-    if "torch CPU" in medians:
+    if "torch CPU" in medians:  # the peers ran in turns: a ratio per round, then its median
         for peer in ("autodiff imperative", "autodiff symbolic"):
-            print(f"  {peer} / torch: {medians[peer] / medians['torch CPU']:.2f}")
+            ratios = [a / t for a, t in zip(times[peer], times["torch CPU"], strict=True)]
+            print(f"  {peer} / torch: {statistics.median(ratios):.2f}")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 round (a smoke run)")
     args = parser.parse_args(argv)
-    rounds = 1 if args.quick else 9
+    rounds = 1 if args.quick else 21
     try:
         import torch
 
