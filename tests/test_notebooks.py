@@ -113,7 +113,8 @@ def test_lecture_runs_top_to_bottom(path):
 @pytest.mark.notebooks
 @requires_gpu
 def test_lecture_4_shows_the_gpu_when_there_is_one():
-    """The GPU branches of lecture 4: the memory-pool plot and the CPU vs GPU table. On
+    """The GPU branches of lecture 4: the memory-pool plot, the CPU vs GPU table and the
+    CNN trained on the GPU. On
     the CuPy double (AUTODIFF_FAKE_GPU=1) the kernel is given the double as ``cupy``."""
     setup = None
     if os.environ.get("AUTODIFF_FAKE_GPU") == "1":
@@ -133,6 +134,7 @@ def test_lecture_4_shows_the_gpu_when_there_is_one():
     assert "'gpu'" in text and "No GPU" not in text
     table = re.findall(r"\| (\d+) \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", text)
     assert table == ["16", "64", "256", "512", "1024", "2048", "4096"]
+    assert re.search(r"\| GPU \| \d+ \| \d+ \|", text), "the CNN's GPU row is missing"
     pool_plot = [c for c in notebook.cells if c.cell_type == "code" and "memory_info()" in c.source]
     assert pool_plot and any("image/png" in o.get("data", {}) for o in pool_plot[0].outputs)
 
