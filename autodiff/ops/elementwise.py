@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..backend import broadcast_shapes as broadcast_shapes_of
-from ..backend import is_weak_scalar, namespace
+from ..backend import is_weak_scalar, namespace, weak_number
 from ..backend import result_dtype as numpy_result_dtype
 from ..graph import DomainError, Node, Op, ShapeError, Spec, describe
 from ..static_shapes import broadcast_shapes, result_dtype
@@ -189,7 +189,9 @@ class PowerScalar(Elementwise):
 
 
 def power(a, b, name: str | None = None) -> Node:
-    """a ** b. A Python-number exponent (``x ** 3``) uses the simpler rule of PowerScalar."""
+    """a ** b. A number exponent (``x ** 3``, ``x ** np.int64(3)``) uses the simpler rule
+    of PowerScalar."""
+    b = weak_number(b)
     if is_weak_scalar(b):
         return PowerScalar.apply(a, exponent=b, name=name)
     return Power.apply(a, b, name=name)
