@@ -185,11 +185,11 @@ class Node:
     def __rtruediv__(self, other):
         return OPERATORS["divide"](other, self)
 
-    def __pow__(self, other):  # x ** np.int64(2) takes x ** 2's simpler rule
-        return OPERATORS["power"](self, backend.weak_number(other))
+    def __pow__(self, other):
+        return OPERATORS["power"](self, other)
 
     def __rpow__(self, other):
-        return OPERATORS["power"](backend.weak_number(other), self)
+        return OPERATORS["power"](other, self)
 
     def __matmul__(self, other):
         return OPERATORS["matmul"](self, other)
