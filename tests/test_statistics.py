@@ -57,11 +57,15 @@ def test_prod_gradient_is_the_product_of_the_others():
     np.testing.assert_allclose(dx.value, [12.0, 8.0, 6.0])
 
 
-def test_prod_gradient_at_a_zero_is_nan_as_the_docstring_says():
-    x = ad.tensor([0.0, 3.0])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        (dx,) = ad.gradients(ad.prod(x), [x])
-    assert np.isnan(dx.value[0])
+def test_prod_gradient_at_zeros_is_the_product_of_the_others_too():
+    x = np.array([[2.0, 0.0, 3.0], [0.0, 0.0, 5.0], [1.0, 2.0, 4.0]])
+    t = ad.tensor(x)
+    with np.errstate(divide="raise", invalid="raise"):  # no 0 / 0 on the way
+        (dx,) = ad.gradients(ad.sum(ad.prod(t, axis=1) * np.array([1.0, 2.0, 3.0])), [t])
+    np.testing.assert_array_equal(dx.value, [[0.0, 6.0, 0.0], [0.0, 0.0, 0.0], [24.0, 12.0, 6.0]])
+    (tangent,) = [ad.jvp_graph(ad.prod(t, axis=1), [t], [ad.constant(np.ones_like(x))])]
+    np.testing.assert_array_equal(tangent.value, [6.0, 0.0, 14.0])
+    ad.check_grads(lambda a: ad.prod(a, axis=1), [x], order=1)
 
 
 @pytest.mark.parametrize("axis", [None, 0, 1, (0, 2), -1])

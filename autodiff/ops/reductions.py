@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..backend import index_dtype, namespace
 from ..graph import DTypeError, Node, Op, Spec, named
 from ..static_shapes import UNKNOWN, has_rank
-from .elementwise import exp, sqrt
+from .elementwise import equal, exp, ones_like, sqrt, where, zeros_like
 from .shape import broadcast_like, normalize_axes
 
 
@@ -282,11 +282,11 @@ def min(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
 
 
 class Prod(Op):
-    """Y = prod(X, axis);   dX = dY * Y / X (broadcast back);   Y' = sum(Y / X * X', axis).
+    """Y = prod(X, axis);   dX = dY * (the product of the other elements);
+    Y' = sum(others * X', axis).
 
-    Y / X is the product of the *other* elements only where X != 0: at a zero the
-    rule divides 0 by 0 and the gradient is nan (keep inputs away from 0, or write
-    the product as exp(sum(log(...))) of positive numbers).
+    The product of the others is Y / X where X != 0. At a zero it is the product of the
+    slice's nonzero elements if that zero is the slice's only one, else 0: no 0 / 0.
     """
 
     def compute(self, x, axis, keepdims):
@@ -297,18 +297,25 @@ class Prod(Op):
 
     def gradient(self, node, output_grad):
         x = node.inputs[0]
-        spread = _spread_axis(node.attrs)
-        others = broadcast_like(node, x, spread) / x
-        return [broadcast_like(output_grad, x, spread) * others]
+        return [broadcast_like(output_grad, x, _spread_axis(node.attrs)) * _others(node)]
 
     def jvp(self, node, x_dot):
-        x = node.inputs[0]
-        others = broadcast_like(node, x, _spread_axis(node.attrs)) / x
-        return sum(others * x_dot, **node.attrs)
+        return sum(_others(node) * x_dot, **node.attrs)
+
+
+def _others(node: Node) -> Node:
+    """For each element of a prod's input X, the product of the other elements of its
+    slice, built from ops (so that it can be differentiated again)."""
+    x, axis = node.inputs[0], node.attrs["axis"]
+    zero = equal(x, 0)
+    safe = where(zero, ones_like(x), x)  # no division by 0, in this rule or its gradient
+    zeros = sum(where(zero, ones_like(x), zeros_like(x)), axis, keepdims=True)
+    at_zero = where(equal(zeros, 1), prod(safe, axis, keepdims=True), 0)
+    return where(zero, at_zero, broadcast_like(node, x, _spread_axis(node.attrs)) / safe)
 
 
 def prod(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
-    """The product of the elements over ``axis``, as numpy.prod (gradient: nan at zeros).
+    """The product of the elements over ``axis``, as numpy.prod.
 
     >>> import autodiff as ad
     >>> float(ad.prod(ad.tensor([2.0, 3.0, 4.0])).value)
