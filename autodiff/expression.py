@@ -176,7 +176,12 @@ class _Builder:
         try:
             signature.bind(*args)
         except TypeError as exc:
-            params = signature.replace(return_annotation=inspect.Signature.empty)
+            positional = [
+                p for p in signature.parameters.values() if p.kind != p.KEYWORD_ONLY
+            ]  # (name= is not for expressions)
+            params = signature.replace(
+                parameters=positional, return_annotation=inspect.Signature.empty
+            )
             raise ExpressionError(f"{name}{params}: {exc}.") from exc
         return function(*args)
 

@@ -131,7 +131,7 @@ class Im2Col(Op):
 
 
 def im2col(
-    x, kernel, stride=1, padding=0, dilation=1, fill: float = 0.0, name: str | None = None
+    x, kernel, stride=1, padding=0, dilation=1, fill: float = 0.0, *, name: str | None = None
 ) -> Node:
     """The patches a kernel of size ``kernel`` sees in the images x (N, C, H, W), as the
     rows of a matrix of shape (N*OH*OW, C*KH*KW); ``fill`` is the padding's value.
@@ -195,7 +195,9 @@ class Col2Im(Op):
         return col2im(columns_dot, node.inputs[1], **node.attrs)
 
 
-def col2im(columns, like, kernel, stride=1, padding=0, dilation=1, name: str | None = None) -> Node:
+def col2im(
+    columns, like, kernel, stride=1, padding=0, dilation=1, *, name: str | None = None
+) -> Node:
     """Add patches (rows of ``columns``, as im2col makes them) back into images shaped
     like ``like``: the transpose of im2col (a pixel in several patches gets their sum).
 
@@ -245,7 +247,7 @@ def _known_shape(x: Node, op: str, what: str) -> tuple:
     return tuple(shape)
 
 
-def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, name: str | None = None) -> Node:
+def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, *, name: str | None = None) -> Node:
     """2-D convolution (cross-correlation, as in every framework) of images x (N, C, H, W)
     with kernels w (F, C, KH, KW), plus an optional bias b (F,): output (N, F, OH, OW).
 
@@ -300,7 +302,7 @@ def _pool(x, kernel, stride, padding, reduce, fill: float, op: str) -> Node:
     return reshape(reduce(columns, axis=1), (-1, channels, oh, ow))
 
 
-def max_pool2d(x, kernel, stride=None, padding: int = 0, name: str | None = None) -> Node:
+def max_pool2d(x, kernel, stride=None, padding: int = 0, *, name: str | None = None) -> Node:
     """The largest value in each ``kernel`` window of each channel (stride: the kernel's
     size by default; padding counts as -inf). Composed: im2col per channel, then max.
 
@@ -312,7 +314,7 @@ def max_pool2d(x, kernel, stride=None, padding: int = 0, name: str | None = None
     return named(_pool(x, kernel, stride, padding, max, -backend.inf(), "max_pool2d"), name)
 
 
-def avg_pool2d(x, kernel, stride=None, padding: int = 0, name: str | None = None) -> Node:
+def avg_pool2d(x, kernel, stride=None, padding: int = 0, *, name: str | None = None) -> Node:
     """The mean of each ``kernel`` window of each channel (stride: the kernel's size by
     default; padded zeros count, as PyTorch's default count_include_pad=True).
     Composed: im2col per channel, then mean."""
@@ -345,13 +347,15 @@ class DropoutMask(Op):
         return None
 
 
-def dropout_mask(x, p: float, rng, name: str | None = None) -> Node:
+def dropout_mask(x, p: float, rng, *, name: str | None = None) -> Node:
     """A fresh dropout mask shaped like x at every run (see DropoutMask); ``rng`` is a
     numpy Generator, drawn from at each run."""
     return DropoutMask.apply(x, p=float(p), rng=rng, name=name)
 
 
-def dropout(x, p: float = 0.5, training: bool = True, seed=None, name: str | None = None) -> Node:
+def dropout(
+    x, p: float = 0.5, training: bool = True, seed=None, *, name: str | None = None
+) -> Node:
     """Inverted dropout: in training, each element is zeroed with probability ``p`` and
     the survivors are scaled by 1 / (1 - p), so the expected value is x; not training:
     x itself. Y = X * mask and dX = dY * mask, where the mask is a node drawn anew at

@@ -77,7 +77,7 @@ class Add(Elementwise):
         return a_dot + b_dot
 
 
-def add(a, b, name: str | None = None) -> Node:
+def add(a, b, *, name: str | None = None) -> Node:
     """a + b, broadcasting. >>> add(1.0, 2.0).value -> 3.0"""
     return Add.apply(a, b, name=name)
 
@@ -98,7 +98,7 @@ class Subtract(Elementwise):
         return a_dot - b_dot
 
 
-def subtract(a, b, name: str | None = None) -> Node:
+def subtract(a, b, *, name: str | None = None) -> Node:
     """a - b, broadcasting."""
     return Subtract.apply(a, b, name=name)
 
@@ -121,7 +121,7 @@ class Multiply(Elementwise):
         return a_dot * b + a * b_dot
 
 
-def multiply(a, b, name: str | None = None) -> Node:
+def multiply(a, b, *, name: str | None = None) -> Node:
     """a * b, broadcasting."""
     return Multiply.apply(a, b, name=name)
 
@@ -144,7 +144,7 @@ class Divide(Elementwise):
         return (a_dot - node * b_dot) / b
 
 
-def divide(a, b, name: str | None = None) -> Node:
+def divide(a, b, *, name: str | None = None) -> Node:
     """a / b, broadcasting."""
     return Divide.apply(a, b, name=name)
 
@@ -188,7 +188,7 @@ class PowerScalar(Elementwise):
         return None if p == 0 else x_dot * p * x ** (p - 1)
 
 
-def power(a, b, name: str | None = None) -> Node:
+def power(a, b, *, name: str | None = None) -> Node:
     """a ** b. A number exponent (``x ** 3``, ``x ** np.int64(3)``) uses the simpler rule
     of PowerScalar."""
     b = weak_number(b)
@@ -212,7 +212,7 @@ class Negative(Elementwise):
         return -x_dot
 
 
-def negative(x, name: str | None = None) -> Node:
+def negative(x, *, name: str | None = None) -> Node:
     """-x."""
     return Negative.apply(x, name=name)
 
@@ -232,7 +232,7 @@ class Exp(Elementwise):
         return x_dot * node
 
 
-def exp(x, name: str | None = None) -> Node:
+def exp(x, *, name: str | None = None) -> Node:
     """e ** x, elementwise."""
     return Exp.apply(x, name=name)
 
@@ -252,7 +252,7 @@ class Log(Elementwise):
         return x_dot / node.inputs[0]
 
 
-def log(x, name: str | None = None) -> Node:
+def log(x, *, name: str | None = None) -> Node:
     """Natural logarithm, elementwise."""
     return Log.apply(x, name=name)
 
@@ -272,7 +272,7 @@ class Sin(Elementwise):
         return x_dot * cos(node.inputs[0])
 
 
-def sin(x, name: str | None = None) -> Node:
+def sin(x, *, name: str | None = None) -> Node:
     """Sine, elementwise."""
     return Sin.apply(x, name=name)
 
@@ -292,7 +292,7 @@ class Cos(Elementwise):
         return -x_dot * sin(node.inputs[0])
 
 
-def cos(x, name: str | None = None) -> Node:
+def cos(x, *, name: str | None = None) -> Node:
     """Cosine, elementwise."""
     return Cos.apply(x, name=name)
 
@@ -312,7 +312,7 @@ class Tanh(Elementwise):
         return x_dot * (1 - node * node)
 
 
-def tanh(x, name: str | None = None) -> Node:
+def tanh(x, *, name: str | None = None) -> Node:
     """Hyperbolic tangent, elementwise."""
     return Tanh.apply(x, name=name)
 
@@ -331,7 +331,7 @@ class Sigmoid(Elementwise):
         return x_dot * node * (1 - node)
 
 
-def sigmoid(x, name: str | None = None) -> Node:
+def sigmoid(x, *, name: str | None = None) -> Node:
     """The logistic function 1 / (1 + exp(-x)), elementwise."""
     return Sigmoid.apply(x, name=name)
 
@@ -352,7 +352,7 @@ class Relu(Elementwise):
         return x_dot * step(node.inputs[0])
 
 
-def relu(x, name: str | None = None) -> Node:
+def relu(x, *, name: str | None = None) -> Node:
     """max(x, 0), elementwise."""
     return Relu.apply(x, name=name)
 
@@ -372,7 +372,7 @@ class Sqrt(Elementwise):
         return x_dot * 0.5 / node
 
 
-def sqrt(x, name: str | None = None) -> Node:
+def sqrt(x, *, name: str | None = None) -> Node:
     """Square root, elementwise."""
     return Sqrt.apply(x, name=name)
 
@@ -395,7 +395,7 @@ class Maximum(Elementwise):
         return a_dot * step(a - b, 0.5) + b_dot * step(b - a, 0.5)
 
 
-def maximum(a, b, name: str | None = None) -> Node:
+def maximum(a, b, *, name: str | None = None) -> Node:
     """Elementwise maximum of a and b, broadcasting."""
     return Maximum.apply(a, b, name=name)
 
@@ -415,7 +415,7 @@ class Step(Elementwise):
         return None
 
 
-def step(x, at_zero: float = 0.0, name: str | None = None) -> Node:
+def step(x, at_zero: float = 0.0, *, name: str | None = None) -> Node:
     """The Heaviside step function: 1 for x > 0, 0 for x < 0, ``at_zero`` at 0."""
     return Step.apply(x, at_zero=at_zero, name=name)
 
@@ -436,7 +436,7 @@ class OnesLike(Elementwise):
         return None
 
 
-def ones_like(x, name: str | None = None) -> Node:
+def ones_like(x, *, name: str | None = None) -> Node:
     """Ones with the shape and dtype of x."""
     return OnesLike.apply(x, name=name)
 
@@ -457,7 +457,7 @@ class ZerosLike(Elementwise):
         return None
 
 
-def zeros_like(x, name: str | None = None) -> Node:
+def zeros_like(x, *, name: str | None = None) -> Node:
     """Zeros with the shape and dtype of x."""
     return ZerosLike.apply(x, name=name)
 
@@ -488,8 +488,13 @@ class Abs(Elementwise):
         return x_dot * _sign(node.inputs[0])
 
 
-def abs(x, name: str | None = None) -> Node:  # noqa: A001 (NumPy's name; ad.abs, as np.abs)
-    """|x|, elementwise (``abs(node)`` calls it too). >>> abs(-2.0).value -> 2.0"""
+def abs(x, *, name: str | None = None) -> Node:  # noqa: A001 (NumPy's name; ad.abs, as np.abs)
+    """|x|, elementwise (``abs(node)`` calls it too).
+
+    >>> import autodiff as ad
+    >>> ad.abs(ad.tensor([-2.0, 3.0])).value
+    array([2., 3.])
+    """
     return Abs.apply(x, name=name)
 
 
@@ -514,7 +519,7 @@ class Minimum(Elementwise):
         return a_dot * step(b - a, 0.5) + b_dot * step(a - b, 0.5)
 
 
-def minimum(a, b, name: str | None = None) -> Node:
+def minimum(a, b, *, name: str | None = None) -> Node:
     """Elementwise minimum of a and b, broadcasting."""
     return Minimum.apply(a, b, name=name)
 
@@ -546,7 +551,7 @@ class Where(Elementwise):
         return where(node.inputs[0], a_dot, b_dot)
 
 
-def where(condition, a, b, name: str | None = None) -> Node:
+def where(condition, a, b, *, name: str | None = None) -> Node:
     """a where ``condition`` holds, b elsewhere, broadcasting (as ``np.where``).
 
     >>> import autodiff as ad
@@ -589,7 +594,7 @@ def _inside(node: Node) -> Node | float:
     return inside
 
 
-def clip(x, lo: float | None, hi: float | None, name: str | None = None) -> Node:
+def clip(x, lo: float | None, hi: float | None, *, name: str | None = None) -> Node:
     """x limited to [lo, hi] elementwise (None: no bound on that side), as ``np.clip``.
 
     >>> import autodiff as ad
@@ -616,7 +621,7 @@ class Log1p(Elementwise):
         return x_dot / (1 + node.inputs[0])
 
 
-def log1p(x, name: str | None = None) -> Node:
+def log1p(x, *, name: str | None = None) -> Node:
     """log(1 + x), elementwise, without the rounding of 1 + x for tiny x."""
     return Log1p.apply(x, name=name)
 
@@ -636,7 +641,7 @@ class Expm1(Elementwise):
         return x_dot * (node + 1)
 
 
-def expm1(x, name: str | None = None) -> Node:
+def expm1(x, *, name: str | None = None) -> Node:
     """exp(x) - 1, elementwise, without cancellation for tiny x."""
     return Expm1.apply(x, name=name)
 
@@ -669,7 +674,7 @@ def _gelu_slope(x: Node) -> Node:
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_SCALE * (1 + 3 * GELU_CUBIC * x * x)
 
 
-def gelu(x, name: str | None = None) -> Node:
+def gelu(x, *, name: str | None = None) -> Node:
     """GELU, x * Phi(x), in the tanh approximation (GPT-2's; PyTorch's approximate='tanh')."""
     return Gelu.apply(x, name=name)
 
@@ -709,7 +714,7 @@ class Equal(Comparison):
     ufunc = "equal"
 
 
-def equal(a, b, name: str | None = None) -> Node:
+def equal(a, b, *, name: str | None = None) -> Node:
     """a == b elementwise, broadcasting: booleans. (``==`` on Nodes stays identity.)"""
     return Equal.apply(a, b, name=name)
 
@@ -721,7 +726,7 @@ class NotEqual(Comparison):
     ufunc = "not_equal"
 
 
-def not_equal(a, b, name: str | None = None) -> Node:
+def not_equal(a, b, *, name: str | None = None) -> Node:
     """a != b elementwise, broadcasting: booleans. (``!=`` on Nodes stays identity.)"""
     return NotEqual.apply(a, b, name=name)
 
@@ -732,7 +737,7 @@ class Less(Comparison):
     ufunc = "less"
 
 
-def less(a, b, name: str | None = None) -> Node:
+def less(a, b, *, name: str | None = None) -> Node:
     """a < b elementwise, broadcasting: booleans (``a < b`` on Nodes calls it)."""
     return Less.apply(a, b, name=name)
 
@@ -744,7 +749,7 @@ class LessEqual(Comparison):
     ufunc = "less_equal"
 
 
-def less_equal(a, b, name: str | None = None) -> Node:
+def less_equal(a, b, *, name: str | None = None) -> Node:
     """a <= b elementwise, broadcasting: booleans (``a <= b`` on Nodes calls it)."""
     return LessEqual.apply(a, b, name=name)
 
@@ -755,7 +760,7 @@ class Greater(Comparison):
     ufunc = "greater"
 
 
-def greater(a, b, name: str | None = None) -> Node:
+def greater(a, b, *, name: str | None = None) -> Node:
     """a > b elementwise, broadcasting: booleans (``a > b`` on Nodes calls it)."""
     return Greater.apply(a, b, name=name)
 
@@ -767,6 +772,6 @@ class GreaterEqual(Comparison):
     ufunc = "greater_equal"
 
 
-def greater_equal(a, b, name: str | None = None) -> Node:
+def greater_equal(a, b, *, name: str | None = None) -> Node:
     """a >= b elementwise, broadcasting: booleans (``a >= b`` on Nodes calls it)."""
     return GreaterEqual.apply(a, b, name=name)

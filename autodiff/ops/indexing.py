@@ -128,7 +128,7 @@ class GetItem(Op):
         return getitem(x_dot, node.attrs["index"])
 
 
-def getitem(x, index, name: str | None = None) -> Node:
+def getitem(x, index, *, name: str | None = None) -> Node:
     """``x[index]`` with NumPy's indexing (``Node.__getitem__`` calls this).
 
     >>> import autodiff as ad, numpy as np
@@ -168,7 +168,7 @@ class ScatterLike(Op):
         return scatter_like(g_dot, node.inputs[1], node.attrs["index"])
 
 
-def scatter_like(g, like, index, name: str | None = None) -> Node:
+def scatter_like(g, like, index, *, name: str | None = None) -> Node:
     """Zeros shaped like ``like``, with ``g`` added at ``index`` (the gradient of x[index])."""
     return ScatterLike.apply(g, like, index=normalize_index(index), name=name)
 
@@ -221,7 +221,7 @@ def _joined_shape(shapes: list[tuple], axis: int) -> tuple:
     return (*shapes[0][:axis], total, *shapes[0][axis + 1 :])
 
 
-def concatenate(xs, axis: int = 0, name: str | None = None) -> Node:
+def concatenate(xs, axis: int = 0, *, name: str | None = None) -> Node:
     """Join a list of arrays along an existing ``axis``, as numpy.concatenate."""
     xs = list(xs)
     if not xs:
@@ -347,7 +347,7 @@ def split(x, sections, axis: int = 0) -> list[Node]:
     return [split_part(x, axis=axis, part=k, sections=sections) for k in range(_count(sections))]
 
 
-def stack(xs, axis: int = 0, name: str | None = None) -> Node:
+def stack(xs, axis: int = 0, *, name: str | None = None) -> Node:
     """Join arrays of one shape along a new ``axis``, as numpy.stack: each gets a new axis
     of length 1 (``expand_dims``), then they are concatenated along it."""
     xs = list(xs)

@@ -91,7 +91,7 @@ class MatMul(Op):
             )
 
 
-def matmul(a, b, trans_A: bool = False, trans_B: bool = False, name: str | None = None) -> Node:
+def matmul(a, b, trans_A: bool = False, trans_B: bool = False, *, name: str | None = None) -> Node:
     """Matrix product op(a) @ op(b), where op transposes the last two axes if its flag is set.
 
     NumPy's rule for vectors: a 1-D ``a`` is a row (1, n) and a 1-D ``b`` a column

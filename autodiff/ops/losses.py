@@ -76,7 +76,7 @@ class OneHot(Op):
         return labels_dot
 
 
-def one_hot(labels, logits, name: str | None = None) -> Node:
+def one_hot(labels, logits, *, name: str | None = None) -> Node:
     """``labels`` (class indices or probabilities) as probabilities shaped like ``logits``."""
     return OneHot.apply(labels, logits, name=name)
 
@@ -127,7 +127,7 @@ class SoftmaxCrossEntropy(Op):
         return tangent
 
 
-def logits_adjoint(logits: Node, labels: Node, name: str | None = None) -> Node:
+def logits_adjoint(logits: Node, labels: Node, *, name: str | None = None) -> Node:
     """softmax(Z) * S - P: the derivative of the summed loss by the logits, row by row.
 
     S, each row's label mass, is 1 for class indices, so they skip the row sum; for
@@ -139,7 +139,7 @@ def logits_adjoint(logits: Node, labels: Node, name: str | None = None) -> Node:
     return named(softmax(logits) * sum(probs, axis=-1, keepdims=True) - probs, name)
 
 
-def softmax_cross_entropy(logits, labels, name: str | None = None) -> Node:
+def softmax_cross_entropy(logits, labels, *, name: str | None = None) -> Node:
     """Mean cross-entropy between softmax(logits) and labels, over all rows.
 
     ``labels`` are integer class indices of shape ``logits.shape[:-1]`` or float
@@ -153,7 +153,7 @@ def softmax_cross_entropy(logits, labels, name: str | None = None) -> Node:
     return SoftmaxCrossEntropy.apply(logits, labels, name=name)
 
 
-def softmax_cross_entropy_composed(logits, labels, name: str | None = None) -> Node:
+def softmax_cross_entropy_composed(logits, labels, *, name: str | None = None) -> Node:
     """The same loss built from fine-grained ops (more nodes, same value and gradient)."""
     return named(
         -sum(one_hot(labels, logits) * log_softmax(logits))

@@ -32,7 +32,7 @@ def _normalize(x: Node, axis, eps: float) -> Node:
 
 
 def layer_norm(
-    x, gamma=None, beta=None, axis=-1, eps: float = 1e-5, name: str | None = None
+    x, gamma=None, beta=None, axis=-1, eps: float = 1e-5, *, name: str | None = None
 ) -> Node:
     """Layer normalisation: each example normalised over its features (``axis``: the last
     by default; a tuple for several), then scaled by ``gamma`` and shifted by ``beta``
@@ -57,7 +57,7 @@ def layer_norm(
 
 
 def batch_norm(
-    x, gamma=None, beta=None, eps: float = 1e-5, channel_axis: int = 1, name: str | None = None
+    x, gamma=None, beta=None, eps: float = 1e-5, channel_axis: int = 1, *, name: str | None = None
 ) -> Node:
     """Batch normalisation in training mode: each channel normalised with the mean and
     (biased) variance of the batch, over every axis but ``channel_axis`` ((N, C) or

@@ -75,7 +75,7 @@ class Sum(Op):
         return sum(x_dot, **node.attrs)
 
 
-def sum(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+def sum(x, axis=None, keepdims: bool = False, *, name: str | None = None) -> Node:
     """Sum over ``axis`` (all axes when None), as numpy.sum."""
     return Sum.apply(x, axis=_axis(axis), keepdims=keepdims, name=name)
 
@@ -104,7 +104,7 @@ class Count(Op):
         return None
 
 
-def count(x, axis=None, name: str | None = None) -> Node:
+def count(x, axis=None, *, name: str | None = None) -> Node:
     """How many elements a reduction of x over ``axis`` combines, in x's dtype."""
     return Count.apply(x, axis=_axis(axis), name=name)
 
@@ -131,7 +131,7 @@ class LogSumExp(Op):
         return sum(weights * x_dot, **node.attrs)
 
 
-def logsumexp(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+def logsumexp(x, axis=None, keepdims: bool = False, *, name: str | None = None) -> Node:
     """log(sum(exp(x))) over ``axis``, computed stably."""
     return LogSumExp.apply(x, axis=_axis(axis), keepdims=keepdims, name=name)
 
@@ -159,7 +159,7 @@ class Softmax(Op):
         return node * (x_dot - sum(x_dot * node, axis, keepdims=True))
 
 
-def softmax(x, axis=-1, name: str | None = None) -> Node:
+def softmax(x, axis=-1, *, name: str | None = None) -> Node:
     """exp(x) normalised to sum to 1 along ``axis`` (default: the last axis)."""
     return Softmax.apply(x, axis=_axis(axis), name=name)
 
@@ -185,12 +185,12 @@ class LogSoftmax(Op):
         return x_dot - sum(exp(node) * x_dot, axis, keepdims=True)
 
 
-def log_softmax(x, axis=-1, name: str | None = None) -> Node:
+def log_softmax(x, axis=-1, *, name: str | None = None) -> Node:
     """log(softmax(x)) along ``axis``, computed stably."""
     return LogSoftmax.apply(x, axis=_axis(axis), name=name)
 
 
-def mean(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+def mean(x, axis=None, keepdims: bool = False, *, name: str | None = None) -> Node:
     """Mean over ``axis``: the sum divided by the count (so it needs no rule of its own)."""
     return named(sum(x, axis, keepdims) / count(x, axis), name)
 
@@ -225,7 +225,7 @@ class TieWeights(Op):
         return None
 
 
-def tie_weights(x, extremum, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+def tie_weights(x, extremum, axis=None, keepdims: bool = False, *, name: str | None = None) -> Node:
     """Where x reaches ``extremum`` (its max or min over ``axis``), 1/#ties; elsewhere 0."""
     return TieWeights.apply(x, extremum, axis=_axis(axis), keepdims=keepdims, name=name)
 
@@ -252,7 +252,7 @@ class Max(Op):
         return sum(weights * x_dot, **node.attrs)
 
 
-def max(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+def max(x, axis=None, keepdims: bool = False, *, name: str | None = None) -> Node:
     """The largest element over ``axis`` (all axes when None), as numpy.max.
 
     Gradient: to the maximum; tied maxima share it equally.
@@ -273,7 +273,7 @@ class Min(Max):
         return x.min(axis=axis, keepdims=keepdims)
 
 
-def min(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+def min(x, axis=None, keepdims: bool = False, *, name: str | None = None) -> Node:
     """The smallest element over ``axis`` (all axes when None), as numpy.min.
 
     Gradient: to the minimum; tied minima share it equally.
@@ -314,7 +314,7 @@ def _others(node: Node) -> Node:
     return where(zero, at_zero, broadcast_like(node, x, _spread_axis(node.attrs)) / safe)
 
 
-def prod(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
+def prod(x, axis=None, keepdims: bool = False, *, name: str | None = None) -> Node:
     """The product of the elements over ``axis``, as numpy.prod.
 
     >>> import autodiff as ad
@@ -324,7 +324,7 @@ def prod(x, axis=None, keepdims: bool = False, name: str | None = None) -> Node:
     return Prod.apply(x, axis=_axis(axis), keepdims=keepdims, name=name)
 
 
-def var(x, axis=None, keepdims: bool = False, ddof: int = 0, name: str | None = None) -> Node:
+def var(x, axis=None, keepdims: bool = False, ddof: int = 0, *, name: str | None = None) -> Node:
     """The variance over ``axis``, as numpy.var: mean((x - mean(x))**2) with n - ``ddof``
     in the denominator.
 
@@ -340,7 +340,7 @@ def var(x, axis=None, keepdims: bool = False, ddof: int = 0, name: str | None = 
     return named(sum(centred * centred, axis, keepdims) / (count(x, axis) - ddof), name)
 
 
-def std(x, axis=None, keepdims: bool = False, ddof: int = 0, name: str | None = None) -> Node:
+def std(x, axis=None, keepdims: bool = False, ddof: int = 0, *, name: str | None = None) -> Node:
     """The standard deviation over ``axis``, as numpy.std: sqrt(var(x, axis, ddof=ddof)).
 
     A composition (sqrt of ``var``). Where the variance is 0 (a constant slice) its
@@ -375,7 +375,7 @@ class ArgMax(Op):
         return None
 
 
-def argmax(x, axis: int | None = None, name: str | None = None) -> Node:
+def argmax(x, axis: int | None = None, *, name: str | None = None) -> Node:
     """Indices of the largest elements along ``axis`` (of the flattened x when None), as
     numpy.argmax; the first one when several tie. Integer output: not differentiable.
 
@@ -394,6 +394,6 @@ class ArgMin(ArgMax):
         return x.argmin(axis=axis).astype(index_dtype(), copy=False)
 
 
-def argmin(x, axis: int | None = None, name: str | None = None) -> Node:
+def argmin(x, axis: int | None = None, *, name: str | None = None) -> Node:
     """Indices of the smallest elements along ``axis``, as numpy.argmin (not differentiable)."""
     return ArgMin.apply(x, axis=axis, name=name)

@@ -111,7 +111,7 @@ class Transpose(Op):
         return transpose(x_dot, node.attrs["axes"])
 
 
-def transpose(x, axes=None, name: str | None = None) -> Node:
+def transpose(x, axes=None, *, name: str | None = None) -> Node:
     """Permute the axes of x (reverse them when ``axes`` is None), as numpy.transpose."""
     return Transpose.apply(x, axes=None if axes is None else tuple(axes), name=name)
 
@@ -133,7 +133,7 @@ class Reshape(Op):
         return reshape(x_dot, node.attrs["shape"])
 
 
-def reshape(x, shape, name: str | None = None) -> Node:
+def reshape(x, shape, *, name: str | None = None) -> Node:
     """x with a new shape holding the same elements (one entry may be -1)."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return Reshape.apply(x, shape=shape, name=name)
@@ -171,7 +171,7 @@ class Squeeze(Op):
         return squeeze(x_dot, node.attrs["axis"])
 
 
-def squeeze(x, axis=None, name: str | None = None) -> Node:
+def squeeze(x, axis=None, *, name: str | None = None) -> Node:
     """x without axes of length 1 (those in ``axis``, or all), as numpy.squeeze."""
     return Squeeze.apply(
         x, axis=axis if axis is None or isinstance(axis, int) else tuple(axis), name=name
@@ -199,7 +199,7 @@ class ExpandDims(Op):
         return expand_dims(x_dot, node.attrs["axis"])
 
 
-def expand_dims(x, axis, name: str | None = None) -> Node:
+def expand_dims(x, axis, *, name: str | None = None) -> Node:
     """x with a new axis of length 1 at ``axis`` (or several), as numpy.expand_dims."""
     return ExpandDims.apply(x, axis=axis if isinstance(axis, int) else tuple(axis), name=name)
 
@@ -227,7 +227,7 @@ class Flatten(Op):
         return flatten(x_dot, node.attrs["start"])
 
 
-def flatten(x, start: int = 0, name: str | None = None) -> Node:
+def flatten(x, start: int = 0, *, name: str | None = None) -> Node:
     """x with its axes from ``start`` on merged into one (all of them: a vector)."""
     return Flatten.apply(x, start=int(start), name=name)
 
@@ -250,7 +250,7 @@ class BroadcastTo(Op):
         return broadcast_to(x_dot, node.attrs["shape"])
 
 
-def broadcast_to(x, shape, name: str | None = None) -> Node:
+def broadcast_to(x, shape, *, name: str | None = None) -> Node:
     """x repeated along new or size-1 axes to ``shape``, as numpy.broadcast_to."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return BroadcastTo.apply(x, shape=shape, name=name)
@@ -285,7 +285,7 @@ class SumToLike(Op):
         return sum_to_like(g_dot, node.inputs[1], node.attrs["axis"])
 
 
-def sum_to_like(g, like, axis=None, name: str | None = None) -> Node:
+def sum_to_like(g, like, axis=None, *, name: str | None = None) -> Node:
     """``g`` summed over broadcast axes down to ``like``'s shape (undoes broadcasting)."""
     if axis is not None and not isinstance(axis, int):
         axis = tuple(axis)
@@ -317,7 +317,7 @@ class BroadcastLike(Op):
         return broadcast_like(g_dot, node.inputs[1], node.attrs["axis"])
 
 
-def broadcast_like(g, like, axis=None, name: str | None = None) -> Node:
+def broadcast_like(g, like, axis=None, *, name: str | None = None) -> Node:
     """``g`` broadcast to ``like``'s shape, first restoring reduced ``axis`` if given."""
     if axis is not None and not isinstance(axis, int):
         axis = tuple(axis)
@@ -343,6 +343,6 @@ class ReshapeLike(Op):
         return reshape_like(g_dot, node.inputs[1])
 
 
-def reshape_like(g, like, name: str | None = None) -> Node:
+def reshape_like(g, like, *, name: str | None = None) -> Node:
     """``g`` reshaped to ``like``'s shape."""
     return ReshapeLike.apply(g, like, name=name)
