@@ -81,8 +81,9 @@ def reduction_axis(draw, ndim):
 
 
 @st.composite
-def reductions(draw, op, reference, elements=None):
-    x = draw(arrays(draw(shapes), elements))
+def reductions(draw, op, reference, elements=None, values=None):
+    """``op(x, axis, keepdims)`` cases; ``values(shape)``, a strategy, draws x if given."""
+    x = draw(values(draw(shapes)) if values else arrays(draw(shapes), elements))
     axis = draw(reduction_axis(x.ndim))
     keepdims = draw(st.booleans())
     return Case(
@@ -101,17 +102,9 @@ def distinct_arrays(draw, shape):
     return (np.asarray(order, dtype=np.float64).reshape(shape) - size / 2) / 4
 
 
-@st.composite
-def extrema(draw, op, reference):
+def extrema(op, reference):
     """max / min cases: distinct elements, any axis, keepdims or not."""
-    x = draw(distinct_arrays(draw(shapes)))
-    axis = draw(reduction_axis(x.ndim))
-    keepdims = draw(st.booleans())
-    return Case(
-        lambda a: op(a, axis=axis, keepdims=keepdims),
-        [x],
-        lambda a: reference(a, axis=axis, keepdims=keepdims),
-    )
+    return reductions(op, reference, values=distinct_arrays)
 
 
 @st.composite
