@@ -1,7 +1,8 @@
 """Every registered op, checked the same way: forward against NumPy, gradients (reverse
-and forward mode, first and second order) against finite differences, and float32 in
-giving float32 out. The loop is over ``Op.registry``, so a new op without a case in
-``tests/strategies.py`` fails here.
+and forward mode, first and second order) against finite differences, the tangent rule
+against the gradient rule (one Jacobian, transposed), and float32 in giving float32 out.
+The loop is over ``Op.registry``, so a new op without a case in ``tests/strategies.py``
+fails here.
 
 Ops marked ``differentiable = False`` (comparisons) have no derivatives to check: their
 values must equal NumPy's exactly, dtype included, and differentiating them must raise
@@ -62,6 +63,25 @@ def test_gradients_match_finite_differences(name, data):
         assert_not_differentiable(name, case.fn(*leaves), leaves)
         return
     ad.check_grads(case.fn, case.args, order=2, modes=("rev", "fwd"))
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+@given(data=st.data())
+def test_tangent_rule_is_the_transpose_of_the_gradient_rule(name, data):
+    """<u, J v> from the jvp rules equals <J^T u, v> from the gradient rules, for random u
+    and v: the two rules of each op describe one Jacobian (no finite differences)."""
+    case = data.draw(OP_CASES[name])
+    rng = np.random.default_rng(0)
+    leaves = [ad.tensor(a) for a in case.args]
+    out = case.fn(*leaves)
+    vs = [rng.normal(size=np.shape(a)) for a in case.args]
+    u = rng.normal(size=np.shape(out.value))
+    jv = ad.jvp_graph(out, leaves, [ad.constant(v) for v in vs]).value
+    jtu = ad.gradients(out, leaves, output_grad=ad.constant(u))
+    left = float(np.sum(u * jv))
+    right = sum(float(np.sum(g.value * v)) for g, v in zip(jtu, vs, strict=True))
+    scale = float(np.sum(np.abs(u * jv))) + 1.0
+    assert abs(left - right) <= 1e-9 * scale, (left, right)
 
 
 @pytest.mark.parametrize("name", DIFFERENTIABLE)
