@@ -259,19 +259,21 @@ OPERATORS["backward"] = backward  # type: ignore[assignment]  # Node.backward ca
 
 
 def fixed_shapes(topo_order: Sequence[Node]) -> dict[Node, tuple[Node, int]]:
-    """The valued nodes whose shapes the gradients among ``topo_order`` rely on, each
-    with one forward node and input index that relied on it (for error messages).
-
-    ``gradients`` skips summing a broadcasting op's gradient back to an input's shape
-    where both shapes were known to agree. In an imperative graph they come from values,
-    which a feed may replace: a new shape would make such a gradient silently wrong.
-    """
+    """The valued nodes whose shapes the gradients among ``topo_order`` rely on, each with
+    a forward node and input index that relied on it (for errors): ``gradients`` skips
+    sum_to_like where shapes known from values agreed, and a feed may replace those."""
     relied_on = [_assumed_shapes[n] for n in topo_order if n in _assumed_shapes]
     fixed: dict[Node, tuple[Node, int]] = {}
+    seen: set[Node] = set()  # one walk for all: a node seen once had its inputs seen too
     for forward_node, index in relied_on:
-        for node in find_topo_sort([forward_node]):
-            if node.value is not None and node not in fixed:
-                fixed[node] = (forward_node, index)
+        stack = [forward_node]
+        while stack:
+            node = stack.pop()
+            if node not in seen:
+                seen.add(node)
+                if node.value is not None:
+                    fixed[node] = (forward_node, index)
+                stack.extend(node.inputs)
     return fixed
 
 

@@ -18,7 +18,7 @@ define-then-run style, which saves rebuilding the graph in Python at every step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,22 +61,25 @@ class Module:
     def parameters(self) -> list[Node]:
         """The tensor leaves held by this module and its submodules, in definition order."""
         found: list[Node] = []
-        for value in vars(self).values():
-            for item in value if isinstance(value, list | tuple) else [value]:
-                if isinstance(item, Module):
-                    found.extend(item.parameters())
-                elif isinstance(item, Node) and isinstance(item.op, TensorLeaf):
-                    found.append(item)
+        for item in self._held():
+            if isinstance(item, Module):
+                found.extend(item.parameters())
+            elif isinstance(item, Node) and isinstance(item.op, TensorLeaf):
+                found.append(item)
         return found
 
     def modules(self) -> list[Module]:
         """This module and every module inside it."""
         found: list[Module] = [self]
-        for value in vars(self).values():
-            for item in value if isinstance(value, list | tuple) else [value]:
-                if isinstance(item, Module):
-                    found.extend(item.modules())
+        for item in self._held():
+            if isinstance(item, Module):
+                found.extend(item.modules())
         return found
+
+    def _held(self) -> Iterator[Any]:
+        """What this module holds, in definition order, lists and tuples opened."""
+        for value in vars(self).values():
+            yield from value if isinstance(value, list | tuple) else [value]
 
     def train(self, mode: bool = True) -> Module:
         """Training mode (the default) for this module and those inside; returns it."""
