@@ -37,7 +37,8 @@ def _import_cupy():
         except ImportError as exc:
             raise RuntimeError(
                 "The 'gpu' device needs CuPy, which is not installed. "
-                "Install it with: pip install -e '.[gpu]' (on a machine with CUDA 12)."
+                "Install it with: pip install -e '.[gpu]' (it brings the CUDA 12 libraries; "
+                "the machine needs an NVIDIA driver)."
             ) from exc
     return _cupy
 
@@ -88,15 +89,36 @@ def device_of(x: Any) -> str:
 
 
 def available_devices() -> list[str]:
-    """The devices this machine can run on: always 'cpu', plus 'gpu' with CuPy and a GPU."""
-    devices = ["cpu"]
+    """The devices this machine can run on: always 'cpu', plus 'gpu' where it works."""
+    return ["cpu"] if gpu_problem() else ["cpu", "gpu"]
+
+
+_kernel_problem: str | None = None  # the test kernel's verdict, once it has run
+
+
+def gpu_problem() -> str | None:
+    """Why the 'gpu' device cannot be used here, in words; None when it can. A GPU counts
+    once CuPy has compiled (with NVRTC) and run a tiny kernel, checked once per process."""
+    global _kernel_problem
     try:
         cupy = _import_cupy()
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            devices.append("gpu")
-    except Exception:  # no CuPy, no driver, no device: all mean "no gpu"
-        pass
-    return devices
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            return "CuPy sees no CUDA device on this machine."
+    except Exception as exc:  # no CuPy, or no driver
+        return f"{type(exc).__name__}: {exc}"
+    if _kernel_problem is None:
+        try:
+            x = cupy.arange(4, dtype="float32")
+            wrong = float((x * x).sum()) != 14.0
+            _kernel_problem = "a test kernel gave a wrong sum on the GPU." if wrong else ""
+        except Exception as exc:  # typically NVRTC or a CUDA library that is missing
+            _kernel_problem = (
+                f"CuPy found a GPU but could not compile (with NVRTC) or run a kernel on it "
+                f"({type(exc).__name__}: {exc}). The gpu extra installs CuPy with the CUDA "
+                f"libraries it needs: pip install -e '.[gpu]'; `nvidia-smi` must show a "
+                f"driver for CUDA 12 or newer."
+            )
+    return _kernel_problem or None
 
 
 def get_default_device() -> str:
@@ -150,6 +172,7 @@ def asarray(data: Any, dtype: Any = None, device: str | None = None, copy: bool 
             dtype = _GPU_DEFAULT_DTYPE if _is_floating_data(data) else None
         return cupy.array(data, dtype=dtype) if copy else cupy.asarray(data, dtype=dtype)
     if device_of(data) == "gpu":
+        raise_failed_checks()
         data = data.get()
     return np.array(data, dtype=dtype) if copy else np.asarray(data, dtype=dtype)
 
@@ -166,6 +189,34 @@ def synchronize() -> None:
     before the kernels finish, so timings must synchronise first."""
     if _cupy is not None and "gpu" in available_devices():  # CuPy without a GPU: nothing queued
         _cupy.cuda.Device().synchronize()
+        raise_failed_checks()
+
+
+# A check of values on the GPU (are all labels class indices?) would make the CPU wait for
+# the GPU (a sync) at every step. Instead it leaves a flag on the device, and the next read
+# of a value by the host (to_numpy, synchronize) raises its error if the flag was set.
+_pending: dict[str, tuple[Array, Exception]] = {}
+
+
+def check_later(failed: Array, error: Exception) -> None:
+    """Raise ``error`` at the next read from the GPU if ``failed`` (a 0-d device bool) is
+    true then. Checks with the same message share one flag."""
+    key = f"{type(error).__name__}: {error}"
+    if key in _pending:
+        failed = _pending[key][0] | failed
+    _pending[key] = (failed, error)
+
+
+def raise_failed_checks() -> None:
+    """Raise the first deferred check that failed (one read from the GPU for them all)."""
+    if not _pending:
+        return
+    checks = list(_pending.values())
+    _pending.clear()
+    failed = _import_cupy().stack([flag for flag, _ in checks]).get()
+    for (_, error), bad in zip(checks, failed, strict=True):
+        if bad:
+            raise error
 
 
 @contextmanager

@@ -105,7 +105,6 @@ def batches(
     """
     if len(x) != len(y):
         raise ValueError(f"batches: {len(x)} inputs but {len(y)} labels.")
-    x, y = backend.to_numpy(x), backend.to_numpy(y)  # shuffled on the CPU, moved per batch
     n = len(x)
     batch_size = n if batch_size is None else batch_size
     if batch_size < 1:
@@ -113,6 +112,9 @@ def batches(
     xp = backend.namespace()
     order = xp.random.default_rng(seed).permutation(n) if shuffle else xp.arange(n)
     device = device or "cpu"
+    # Batches are cut where they will be used: on the GPU, the data set goes there once
+    # per epoch, not once per batch (each copy from the host would wait for the GPU).
+    x, y, order = (backend.to_device(a, device) for a in (x, y, order))
     for start in range(0, n, batch_size):
         index = order[start : start + batch_size]
-        yield backend.to_device(x[index], device), backend.to_device(y[index], device)
+        yield x[index], y[index]

@@ -275,8 +275,8 @@ class BatchNorm(Module):
 
     def update_running(self, batch_mean: Any, variance: Any, n: Any) -> None:
         """Move the running averages towards a batch's statistics (in place)."""
-        n = float(n)
-        unbiased = variance.reshape(-1) * (n / max(n - 1, 1))
+        # n may be on the GPU: computed there, so that the step never waits for it
+        unbiased = variance.reshape(-1) * (n / backend.namespace(n).maximum(n - 1, 1))
         self.running_mean *= 1 - self.momentum
         self.running_mean += self.momentum * batch_mean.reshape(-1)
         self.running_var *= 1 - self.momentum
@@ -455,7 +455,7 @@ def train(
             optimizer.step(grads)
             losses.append(loss)
             bar.update()
-        history.loss.extend(float(v) for v in losses)
+        history.loss.extend(backend.to_numpy(backend.namespace(*losses).stack(losses)).tolist())
         history.epoch_loss.append(sum(history.loss[-len(losses) :]) / len(losses))
         bar.set_postfix(loss=f"{history.epoch_loss[-1]:.4f}")
     bar.close()

@@ -4,9 +4,14 @@
     python benchmarks/bench_gpu.py --quick
     python benchmarks/bench_gpu.py --quick --no-torch   # autodiff alone
 
-* ``mlp``: one training step (forward, backward, SGD) of MLP 4096-4096-4096-10, batch
-  4096, float32, ReLU, softmax cross-entropy. Target: autodiff within 1.2x of PyTorch.
-  Compiled (one graph, run per step) with and without fusion, and rebuilt every step.
+* ``mlp``: one training step (forward, backward, SGD) of MLP 784-1024-1024-10, batch 256,
+  and of MLP 4096-4096-4096-10, batch 4096; float32, ReLU, softmax cross-entropy. Target:
+  autodiff within 1.2x of PyTorch. Compiled (one graph, run per step) with and without
+  fusion, and rebuilt every step (define-by-run).
+* ``cnn``: one training step of a small CNN on 28x28 images, batch 128 (conv 1->32,
+  ReLU, max-pool, conv 32->64, ReLU, max-pool, linear 3136->10), against PyTorch (cuDNN).
+* ``plan``: the CuPy pool's peak of live bytes during one compiled MLP step, without and
+  with a memory plan, next to what the plan says (``plan.peak_bytes``).
 * ``fusion``: value and gradient of an elementwise formula on 2**24 float32 numbers,
   where fusion matters most: ops one kernel each, fused (``Executor(fuse=True)``), PyTorch.
 * ``xor``: 1000 steps of the XOR loop (MLP 2-8-2), where launch overhead dominates.
@@ -26,17 +31,44 @@ from autodiff import backend, data, nn, optim
 
 
 def autodiff_mlp_step(sizes, batch, compiled=True, fuse=False):
-    model = nn.MLP(sizes, device="gpu", seed=0)
+    return autodiff_step(
+        nn.MLP(sizes, device="gpu", seed=0), (sizes[0],), sizes[-1], batch, compiled, fuse
+    )
+
+
+def autodiff_cnn_step(batch, compiled=True, fuse=False):
+    return autodiff_step(cnn(), (1, 28, 28), 10, batch, compiled, fuse)
+
+
+def cnn():
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1, device="gpu"),
+        ad.relu,
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1, device="gpu", seed=1),
+        ad.relu,
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * 7 * 7, 10, device="gpu", seed=2),
+    )
+
+
+def autodiff_step(model, example_shape, classes, batch, compiled=True, fuse=False, plan=False):
+    """One SGD step of ``model`` on a fixed random batch, on the GPU."""
     opt = optim.SGD(model.parameters(), lr=0.01)
     xp = backend.namespace(model.parameters()[0].value)
-    x = xp.random.standard_normal((batch, sizes[0]), dtype="float32")
-    y = xp.random.randint(0, sizes[-1], batch)
+    x = xp.random.standard_normal((batch, *example_shape), dtype="float32")
+    y = xp.random.randint(0, classes, batch)
     params = model.parameters()
     if compiled:
-        xv = ad.Variable("x", shape=(None, sizes[0]), dtype="float32")
+        xv = ad.Variable("x", shape=(None, *example_shape), dtype="float32")
         yv = ad.Variable("y", shape=(None,), dtype=y.dtype)
         loss = nn.cross_entropy(model(xv), yv)
-        executor = ad.Executor([loss, *ad.gradients(loss, params)], fuse=fuse)
+        outputs = [loss, *ad.gradients(loss, params)]
+        memory_plan = ad.memory.plan(outputs, {xv: x, yv: y}) if plan else None
+        executor = ad.Executor(outputs, memory_plan, fuse=fuse)
+        if plan:
+            return executor, {xv: x, yv: y}, memory_plan
 
         def step():
             _, *grads = executor.run({xv: x, yv: y})
@@ -57,10 +89,32 @@ def torch_mlp_step(sizes, batch):
     layers = []
     for a, b in zip(sizes[:-1], sizes[1:], strict=True):
         layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers[:-1]).cuda()
+    return torch_step(torch.nn.Sequential(*layers[:-1]), (sizes[0],), sizes[-1], batch)
+
+
+def torch_cnn_step(batch):
+    from torch import nn as tnn
+
+    model = tnn.Sequential(
+        tnn.Conv2d(1, 32, 3, padding=1),
+        tnn.ReLU(),
+        tnn.MaxPool2d(2),
+        tnn.Conv2d(32, 64, 3, padding=1),
+        tnn.ReLU(),
+        tnn.MaxPool2d(2),
+        tnn.Flatten(),
+        tnn.Linear(64 * 7 * 7, 10),
+    )
+    return torch_step(model, (1, 28, 28), 10, batch)
+
+
+def torch_step(model, example_shape, classes, batch):
+    import torch
+
+    model = model.cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(batch, sizes[0], device="cuda")
-    y = torch.randint(0, sizes[-1], (batch,), device="cuda")
+    x = torch.randn(batch, *example_shape, device="cuda")
+    y = torch.randint(0, classes, (batch,), device="cuda")
 
     def step():
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -81,16 +135,80 @@ def timed(step, sync, number):
 
 
 def bench_mlp(args):
-    sizes, batch = (args.width, args.width, args.width, 10), args.width
-    print(f"\n== MLP {'-'.join(map(str, sizes))}, batch {batch}, float32: ms per step ==")
+    for sizes, batch in (((784, 1024, 1024, 10), 256), ((args.width,) * 3 + (10,), args.width)):
+        print(f"\n== MLP {'-'.join(map(str, sizes))}, batch {batch}, float32: ms per step ==")
+        peers = {
+            "autodiff compiled": (autodiff_mlp_step(sizes, batch, True), backend.synchronize),
+            "autodiff fused": (autodiff_mlp_step(sizes, batch, True, True), backend.synchronize),
+            "autodiff rebuilt": (autodiff_mlp_step(sizes, batch, False), backend.synchronize),
+        }
+        if args.torch:
+            peers["torch cuda"] = torch_mlp_step(sizes, batch)
+        report(peers, args, "ms", 1e3)
+
+
+def bench_cnn(args):
+    batch = 16 if args.quick else 128
+    print(f"\n== CNN on 28x28 images, batch {batch}, float32: ms per step ==")
     peers = {
-        "autodiff compiled": (autodiff_mlp_step(sizes, batch, True), backend.synchronize),
-        "autodiff fused": (autodiff_mlp_step(sizes, batch, True, True), backend.synchronize),
-        "autodiff rebuilt": (autodiff_mlp_step(sizes, batch, False), backend.synchronize),
+        "autodiff compiled": (autodiff_cnn_step(batch, True), backend.synchronize),
+        "autodiff fused": (autodiff_cnn_step(batch, True, True), backend.synchronize),
+        "autodiff rebuilt": (autodiff_cnn_step(batch, False), backend.synchronize),
     }
     if args.torch:
-        peers["torch cuda"] = torch_mlp_step(sizes, batch)
+        peers["torch cuda"] = torch_cnn_step(batch)
     report(peers, args, "ms", 1e3)
+
+
+def bench_plan(args):
+    """The pool's peak of live bytes in one compiled step, unplanned and planned."""
+    import cupy
+
+    if not hasattr(cupy.cuda, "MemoryHook"):  # the CuPy double of the tests has none
+        print("\n== pool peak: skipped (this CuPy has no memory hooks) ==")
+        return
+
+    class Peak(cupy.cuda.MemoryHook):
+        name = "autodiff-peak"
+
+        def __init__(self):
+            self.live = self.peak = 0
+
+        def malloc_postprocess(self, **kw):
+            self.live += kw["mem_size"]
+            self.peak = max(self.peak, self.live)
+
+        def free_postprocess(self, **kw):
+            self.live -= kw["mem_size"]
+
+    sizes, batch = (784, 1024, 1024, 10), 256
+    print(f"\n== pool peak in compiled steps, MLP {'-'.join(map(str, sizes))}, batch {batch} ==")
+    model = nn.MLP(sizes, device="gpu", seed=0)
+    xp = backend.namespace(model.parameters()[0].value)
+    x = xp.random.standard_normal((batch, sizes[0]), dtype="float32")
+    y = xp.random.randint(0, sizes[-1], batch)
+    xv = ad.Variable("x", shape=(None, sizes[0]), dtype="float32")
+    yv = ad.Variable("y", shape=(None,), dtype=y.dtype)
+    loss = nn.cross_entropy(model(xv), yv)
+    outputs = [loss, *ad.gradients(loss, model.parameters())]
+    memory_plan = ad.memory.plan(outputs, {xv: x, yv: y})
+    for label, plan in (("unplanned", None), ("planned", memory_plan)):
+        backend.synchronize()
+        with Peak() as hook:  # counts from here: the planned buffers, temporaries, outputs
+            executor = ad.Executor(outputs, plan)
+            for _ in range(3):
+                results = executor.run({xv: x, yv: y})
+            backend.synchronize()
+        out = sum(int(r.nbytes) for r in results)
+        print(
+            f"  {label:<10} pool peak {hook.peak / 2**20:8.2f} MiB over 3 steps"
+            f" (the outputs alone {out / 2**20:.2f} MiB)"
+        )
+        del executor, results
+    print(
+        f"  the plan says {memory_plan.peak_bytes / 2**20:.2f} MiB planned,"
+        f" {memory_plan.naive_bytes / 2**20:.2f} MiB with every value kept"
+    )
 
 
 def report(peers, args, unit, scale):
@@ -201,6 +319,8 @@ def main():
     if "gpu" not in backend.available_devices():
         raise SystemExit("bench_gpu: no GPU here (CuPy and a CUDA device are needed).")
     bench_mlp(args)
+    bench_cnn(args)
+    bench_plan(args)
     bench_fusion(args)
     bench_xor(args)
     bench_memory(args)

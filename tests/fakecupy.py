@@ -8,10 +8,16 @@ a student's GPU. This module copies the behaviour of CuPy that trips NumPy code:
   (that is how ``autodiff.backend`` tells the devices apart);
 * an array never turns into a NumPy array by itself: ``numpy.asarray(gpu_array)``
   raises ``TypeError``, as in CuPy; ``.get()`` copies it to the host explicitly;
+* integer indices out of range wrap around in ``take_along_axis``, as in CuPy (NumPy
+  raises ``IndexError``);
 * CuPy functions refuse NumPy arrays (``cupy.add(gpu, cpu)`` raises ``TypeError``);
   NumPy scalars and Python numbers are fine;
 * NumPy functions called on a CuPy array dispatch to CuPy (``__array_ufunc__``,
   ``__array_function__``), and return CuPy arrays;
+* every read of a value back to the host (``.get()``, ``bool()``, ``float()``,
+  ``int()``, ``.item()``, ``.tolist()``, ``repr``) waits for the GPU: a sync. The double
+  counts them in ``syncs`` (``fakecupy.syncs``), so that tests can prove a training step
+  never waits;
 * a memory pool (``get_default_memory_pool``), ``cuda.runtime.getDeviceCount``,
   ``cuda.Device().synchronize`` and ``fuse`` (which, as CuPy does for NumPy inputs,
   runs the Python function).
@@ -30,6 +36,12 @@ from types import SimpleNamespace
 import numpy
 
 __version__ = "0.0-double"
+syncs = 0  # reads of device values by the host: each one waits for the GPU in CuPy
+
+
+def _sync() -> None:
+    global syncs
+    syncs += 1
 
 
 def _unwrap(value):
@@ -87,6 +99,7 @@ class ndarray:  # noqa: N801 (CuPy's name)
 
     # what CuPy allows
     def get(self):
+        _sync()
         return self._array.copy()
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -112,6 +125,8 @@ class ndarray:  # noqa: N801 (CuPy's name)
             # _array: not set yet (copy, pickle). Dunders: NumPy would read the memory
             # through __array_interface__, which a GPU array does not offer.
             raise AttributeError(name)
+        if name in ("item", "tolist"):
+            _sync()
         attr = getattr(self._array, name)  # shape, dtype, T, astype, sum, reshape, ...
         return _on_device(attr) if callable(attr) else _wrap(attr)
 
@@ -119,15 +134,19 @@ class ndarray:  # noqa: N801 (CuPy's name)
         return len(self._array)
 
     def __float__(self):
+        _sync()
         return float(self._array)
 
     def __int__(self):
+        _sync()
         return int(self._array)
 
     def __bool__(self):
+        _sync()
         return bool(self._array)
 
     def __repr__(self):
+        _sync()
         return repr(self._array).replace("array", "fakecupy.array", 1)
 
     # operators: the ufuncs, through __array_ufunc__
@@ -155,7 +174,14 @@ class ndarray:  # noqa: N801 (CuPy's name)
     __lt__, __le__ = _binary(numpy.less), _binary(numpy.less_equal)
     __gt__, __ge__ = _binary(numpy.greater), _binary(numpy.greater_equal)
     __eq__, __ne__ = _binary(numpy.equal), _binary(numpy.not_equal)  # type: ignore[assignment]
+    __and__, __rand__ = _binary(numpy.bitwise_and), _binary(numpy.bitwise_and, True)
+    __or__, __ror__ = _binary(numpy.bitwise_or), _binary(numpy.bitwise_or, True)
+    __xor__, __rxor__ = _binary(numpy.bitwise_xor), _binary(numpy.bitwise_xor, True)
+    __floordiv__, __mod__ = _binary(numpy.floor_divide), _binary(numpy.remainder)
     __hash__ = None  # type: ignore[assignment]
+
+    def __invert__(self):
+        return numpy.invert(self)
 
     def __neg__(self):
         return numpy.negative(self)
@@ -222,6 +248,16 @@ class _Stream:
 
 cuda = SimpleNamespace(
     runtime=SimpleNamespace(getDeviceCount=lambda: 1), Device=_Device, Stream=_Stream
+)
+
+
+def take_along_axis(a, indices, axis):
+    """As CuPy: integer indices out of range wrap around (NumPy raises IndexError)."""
+    return _wrap(numpy.take_along_axis(a._array, indices._array % a.shape[axis], axis))
+
+
+lib = SimpleNamespace(
+    stride_tricks=SimpleNamespace(as_strided=_on_device(numpy.lib.stride_tricks.as_strided))
 )
 
 

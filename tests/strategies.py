@@ -685,7 +685,7 @@ def expressions(with_functions=False, max_leaves=8, fractions=False, specials=()
 # -- devices ---------------------------------------------------------------------------------
 
 HAS_GPU = "gpu" in ad.backend.available_devices()
-NO_GPU = "no GPU here: the gpu tests need CuPy and a CUDA device (pip install -e '.[gpu]')"
+NO_GPU = f"no GPU here: {ad.backend.gpu_problem()}"
 GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)]
 DEVICES = [pytest.param("cpu"), pytest.param("gpu", marks=GPU_MARKS)]
 

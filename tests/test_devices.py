@@ -141,7 +141,29 @@ def test_synchronize_is_a_no_op_with_cupy_but_no_gpu(monkeypatch):
 
     monkeypatch.setattr(backend, "_cupy", NoDevice)
     assert backend.available_devices() == ["cpu"]
+    assert "no CUDA-capable device" in backend.gpu_problem()
     backend.synchronize()  # returns quietly instead of raising
+
+
+def test_a_gpu_counts_once_a_kernel_has_compiled_and_run(monkeypatch):
+    """A device and a driver are not enough: CuPy compiles its kernels with NVRTC, which
+    a CuPy wheel without the CUDA libraries lacks. The reason is given in words."""
+
+    class NoCompiler:
+        class cuda:
+            class runtime:
+                getDeviceCount = staticmethod(lambda: 1)
+
+        @staticmethod
+        def arange(*args, **kwargs):
+            raise RuntimeError("CuPy failed to load libnvrtc.so.12")
+
+    monkeypatch.setattr(backend, "_cupy", NoCompiler)
+    monkeypatch.setattr(backend, "_kernel_problem", None)
+    assert backend.available_devices() == ["cpu"]
+    problem = backend.gpu_problem()
+    assert "could not compile (with NVRTC)" in problem and "libnvrtc.so.12" in problem
+    assert "pip install -e '.[gpu]'" in problem
 
 
 # -- every device (the GPU through CuPy, or its double: AUTODIFF_FAKE_GPU=1 pytest -m gpu) ----
@@ -252,3 +274,68 @@ def test_the_gpu_benchmark_runs(capsys, monkeypatch):
     for row in ("autodiff compiled", "autodiff fused", "autodiff rebuilt", "after 1000 steps"):
         assert row in out
     assert "'failed': 0" in out and "'kernels': 0" not in out
+
+
+@requires_gpu
+def test_out_of_range_labels_on_the_gpu_are_nan_and_raise_at_the_next_read():
+    """The label check on the GPU does not wait for the GPU: the loss and gradient are NaN
+    at once, and the next read of a value by the host raises the check's error, once."""
+    logits = ad.tensor(np.zeros((3, 4), "float32"), device="gpu")
+    labels = ad.constant(backend.to_device(np.array([0, 4, 1]), "gpu"))
+    loss = ad.softmax_cross_entropy(logits, labels)  # built and run: no error yet
+    (grad,) = ad.gradients(loss, [logits])
+    with pytest.raises(ad.DomainError, match=r"class indices must lie in \[0, 4\).*GPU"):
+        loss.numpy()
+    assert np.isnan(loss.numpy()) and np.isnan(grad.numpy()).all()  # raised only once
+    good = ad.softmax_cross_entropy(
+        logits, ad.constant(backend.to_device(np.array([0, 3, 1]), "gpu"))
+    )
+    assert float(good.numpy()) == pytest.approx(np.log(4), rel=1e-6)
+    ad.softmax_cross_entropy(logits, labels)
+    with pytest.raises(ad.DomainError, match="class indices"):
+        backend.synchronize()
+
+
+def _syncs_in_training(model, epochs, batch_size, compiled):
+    import fakecupy
+
+    x, y = data.digits()
+    before = fakecupy.syncs
+    opt = optim.Adam(model.parameters(), lr=0.001)
+    nn.train(
+        model,
+        nn.cross_entropy,
+        opt,
+        x[:256],
+        y[:256],
+        epochs=epochs,
+        batch_size=batch_size,
+        progress=False,
+        compiled=compiled,
+    )
+    return fakecupy.syncs - before
+
+
+@requires_gpu
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "rebuilt"])
+def test_a_training_step_never_waits_for_the_gpu(compiled):
+    """Reads of device values by the host (each a sync in CuPy) happen once per epoch,
+    where nn.train reads the epoch's losses, never per step: counted by the double."""
+    if backend.namespace(ad.tensor([0.0], device="gpu").value).__name__ != "fakecupy":
+        pytest.skip("the sync counter is the CuPy double's (AUTODIFF_FAKE_GPU=1)")
+
+    def cnn():
+        return nn.Sequential(
+            lambda v: ad.reshape(v, (-1, 1, 8, 8)),
+            nn.Conv2d(1, 4, 3, padding=1, device="gpu"),
+            nn.BatchNorm(4, device="gpu"),
+            ad.relu,
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(64, 10, device="gpu"),
+        )
+
+    for model in (nn.MLP([64, 16, 10], device="gpu"), cnn()):
+        few = _syncs_in_training(model, epochs=2, batch_size=128, compiled=compiled)
+        many = _syncs_in_training(model, epochs=2, batch_size=16, compiled=compiled)
+        assert few == many <= 2 * 2, f"{few} syncs for 4 steps, {many} for 32"

@@ -9,15 +9,20 @@ lecture compares it with the same loss composed of fine ops
 
 from __future__ import annotations
 
-from ..backend import is_floating, namespace
+from ..backend import check_later, device_of, is_floating, namespace
 from ..graph import DomainError, DTypeError, Node, Op, ShapeError, Spec, named
 from ..static_shapes import UNKNOWN, is_symbol, result_dtype, same
 from .reductions import count, log_softmax, logsumexp_values, softmax, sum
 from .shape import shape_of
 
 
-def check_labels(labels, logits) -> None:
-    """Raise a readable error unless ``labels`` fit ``logits`` (indices or probabilities)."""
+def check_labels(labels, logits):
+    """Raise a readable error unless ``labels`` fit ``logits`` (indices or probabilities).
+
+    On the GPU, class indices are checked on the device (no wait for the GPU): a device
+    flag is returned, true if one is out of range, to make the result NaN, and the error
+    is raised at the next read of a value by the host (``backend.check_later``).
+    """
     classes, rows_shape = logits.shape[-1], shape_of(logits)[:-1]
     if labels.dtype.kind in "iu":
         if shape_of(labels) != rows_shape:
@@ -26,11 +31,13 @@ def check_labels(labels, logits) -> None:
                 f"not match logits of shape {shape_of(logits)}: give one index per row, "
                 f"shape {rows_shape}, or probabilities of shape {shape_of(logits)}."
             )
+        if labels.size and device_of(labels) == "gpu":  # viewed unsigned: negatives are huge
+            failed = (labels.view(labels.dtype.str.replace("i", "u")) >= classes).any()
+            check_later(failed, index_error(classes, GPU_FOUND))
+            return failed
         if labels.size and (labels.min() < 0 or labels.max() >= classes):
-            raise DomainError(
-                f"softmax_cross_entropy: class indices must lie in [0, {classes}), got "
-                f"values from {int(labels.min())} to {int(labels.max())}."
-            )
+            got = f"but got values from {int(labels.min())} to {int(labels.max())}"
+            raise index_error(classes, got)
     elif labels.dtype.kind != "f":
         raise DTypeError(
             f"softmax_cross_entropy: labels must be integer class indices or float "
@@ -43,12 +50,23 @@ def check_labels(labels, logits) -> None:
         )
 
 
+GPU_FOUND = (
+    "but a batch on the GPU had one outside (checked on the device, without waiting for it,"
+    " and reported at the next read of a value: that batch's loss and gradient are NaN)"
+)
+
+
+def index_error(classes: int, got: str) -> DomainError:
+    return DomainError(f"softmax_cross_entropy: class indices must lie in [0, {classes}), {got}.")
+
+
 def one_hot_values(labels, logits):
     """Class probabilities from ``labels``: class indices become one-hot rows."""
-    check_labels(labels, logits)
+    failed = check_labels(labels, logits)
     if labels.dtype.kind in "iu":
         xp = namespace(logits)
-        return (labels[..., None] == xp.arange(logits.shape[-1])).astype(logits.dtype)
+        probs = (labels[..., None] == xp.arange(logits.shape[-1])).astype(logits.dtype)
+        return probs if failed is None else xp.where(failed, xp.nan, probs)
     return labels.astype(logits.dtype, copy=False)
 
 
@@ -96,11 +114,13 @@ class SoftmaxCrossEntropy(Op):
     integer_inputs = (1,)
 
     def compute(self, logits, labels):
-        check_labels(labels, logits)
-        rows = logits.size // logits.shape[-1]
+        failed = check_labels(labels, logits)
+        rows, xp = logits.size // logits.shape[-1], namespace(logits)
         log_probs = logits - logsumexp_values(logits, -1, keepdims=True)
         if labels.dtype.kind in "iu":  # pick each row's log-probability of its class
-            picked = namespace(logits).take_along_axis(log_probs, labels[..., None], axis=-1)
+            picked = xp.take_along_axis(log_probs, labels[..., None], axis=-1)
+            if failed is not None:  # on the GPU (where indices wrap): NaN, an error later
+                return xp.where(failed, xp.nan, -picked.sum() / rows)
             return -picked.sum() / rows
         return -(labels * log_probs).sum() / rows
 
