@@ -339,10 +339,14 @@ class MemoryPlan:
         """The schedule the Executor runs: the leaves, then the steps in planned order."""
         return [*self.leaves, *self.steps]
 
-    def compute(self, node: Node, input_vals: list, buffers: dict[int, Any]) -> Any:
+    def compute(self, node: Node, input_vals: list, buffers: dict[int, dict]) -> Any:
         """Step ``node``, as the Executor's loop calls it: its value, written into its
         planned buffer (allocated at first use, in ``buffers``); then the buffers no
-        later step reads are dropped."""
+        later step reads are dropped.
+
+        A buffer is shaped for a step by one view per shape, kept with it: a step that
+        overwrites its input is then given that very array as ``out``, which CuPy
+        writes in place (another view of the same memory it would copy first)."""
         b, spec = self.buffer[node], self.specs[node]
         if node in self.views or b not in self.shared:
             value = node.op.run(input_vals, node.attrs)
@@ -352,10 +356,13 @@ class MemoryPlan:
                     f"said {spec[:2]}: {type(node.op).__name__}.infer is wrong."
                 )
         else:
-            if b not in buffers:
+            if b not in buffers:  # the buffer, flat, then its views by shape
                 count = nbytes(spec) // backend.float_dtype(spec.dtype).itemsize
-                buffers[b] = backend.empty((count,), spec.dtype, like=input_vals)
-            value = node.op.run(input_vals, node.attrs, out=buffers[b].reshape(spec.shape))
+                buffers[b] = {(count,): backend.empty((count,), spec.dtype, like=input_vals)}
+            shaped = buffers[b]
+            if spec.shape not in shaped:
+                shaped[spec.shape] = next(iter(shaped.values())).reshape(spec.shape)
+            value = node.op.run(input_vals, node.attrs, out=shaped[spec.shape])
         for released in self._releases.get(node, ()):
             del buffers[released]
         return value

@@ -14,6 +14,8 @@ a student's GPU. This module copies the behaviour of CuPy that trips NumPy code:
   NumPy scalars and Python numbers are fine;
 * NumPy functions called on a CuPy array dispatch to CuPy (``__array_ufunc__``,
   ``__array_function__``), and return CuPy arrays;
+* an input that shares memory with ``out=`` without being that very array is copied
+  first (counted in ``overlap_copies``), as CuPy does; NumPy writes through it;
 * every read of a value back to the host (``.get()``, ``bool()``, ``float()``,
   ``int()``, ``.item()``, ``.tolist()``, ``repr``) waits for the GPU: a sync. The double
   counts them in ``syncs`` (``fakecupy.syncs``), so that tests can prove a training step
@@ -37,6 +39,7 @@ import numpy
 
 __version__ = "0.0-double"
 syncs = 0  # reads of device values by the host: each one waits for the GPU in CuPy
+overlap_copies = 0  # inputs copied because they overlap ``out`` without being it
 
 
 def _sync() -> None:
@@ -67,10 +70,26 @@ def _wrap(value):
     return value
 
 
+def _apart_from(out, inputs):
+    """The inputs, with a copy of each one that shares memory with ``out`` without being
+    the same array object: CuPy copies those before it writes (NumPy does not)."""
+    global overlap_copies
+    if not isinstance(out, ndarray):
+        return inputs
+    apart = []
+    for x in inputs:
+        if isinstance(x, ndarray) and x is not out and numpy.shares_memory(x._array, out._array):
+            overlap_copies += 1
+            x = ndarray(x._array.copy())
+        apart.append(x)
+    return type(inputs)(apart)
+
+
 def _on_device(function):
     """A NumPy function taking and giving device arrays; ``out=`` comes back as given."""
 
     def call(*args, **kwargs):
+        args = _apart_from(kwargs.get("out"), args)
         result = function(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})
         out = kwargs.get("out")
         return out if isinstance(out, ndarray) else _wrap(result)
@@ -105,6 +124,7 @@ class ndarray:  # noqa: N801 (CuPy's name)
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         outs = kwargs.get("out")
         if outs is not None:
+            inputs = _apart_from(outs[0], inputs)
             kwargs["out"] = tuple(_unwrap(o) for o in outs)
         result = getattr(ufunc, method)(*_unwrap(inputs), **kwargs)
         if outs is not None and len(outs) == 1:

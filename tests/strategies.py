@@ -690,6 +690,25 @@ GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason=NO_GPU)]
 DEVICES = [pytest.param("cpu"), pytest.param("gpu", marks=GPU_MARKS)]
 
 
+# The GPU against the CPU: cuBLAS and CuPy's reductions add in another order than NumPy,
+# so sums that cancel near zero differ in their last bits: a relative and an absolute
+# tolerance per float dtype (integers and booleans: exact).
+GPU_TOLERANCE = {
+    np.dtype("float64"): {"rtol": 1e-9, "atol": 1e-12},
+    np.dtype("float32"): {"rtol": 2e-5, "atol": 1e-6},
+    np.dtype("float16"): {"rtol": 2e-3, "atol": 1e-3},
+}
+
+
+def assert_same_on_gpu(on_gpu, on_cpu, what=""):
+    """A GPU result (array or Node) equals the CPU's within GPU_TOLERANCE of its dtype."""
+    on_gpu, on_cpu = (v.value if isinstance(v, ad.Node) else v for v in (on_gpu, on_cpu))
+    got, want = ad.backend.to_numpy(on_gpu), np.asarray(on_cpu)
+    assert got.dtype == want.dtype, f"{what}: {got.dtype} on the GPU, {want.dtype} on the CPU"
+    tolerance = GPU_TOLERANCE.get(want.dtype, {"rtol": 0, "atol": 0})
+    np.testing.assert_allclose(got, want, **tolerance, err_msg=what)
+
+
 def requires_gpu(test):
     """Mark a test ``gpu`` (select with ``-m gpu``) and skip it, saying why, without one."""
     for mark in GPU_MARKS:

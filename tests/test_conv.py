@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import autodiff as ad
-from autodiff import backend
-from strategies import requires_gpu
+from strategies import assert_same_on_gpu, requires_gpu
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 NO_TORCH = "PyTorch is not installed here: the comparisons with torch need it (pip install torch)"
@@ -356,7 +355,7 @@ def test_conv2d_and_pooling_on_the_gpu_match_the_cpu(stride, padding, dilation):
         results.append([pooled, *ad.gradients((pooled * pooled).sum(), leaves)])
     for on_gpu, on_cpu in zip(results[1], results[0], strict=True):
         assert on_gpu.device == "gpu"
-        np.testing.assert_allclose(backend.to_numpy(on_gpu.value), on_cpu.value, rtol=1e-10)
+        assert_same_on_gpu(on_gpu, on_cpu, on_gpu.op.name)
 
 
 def test_dropout_in_a_graph_built_once_draws_a_new_mask_each_run_and_differentiates_by_it():

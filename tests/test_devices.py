@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import autodiff as ad
 from autodiff import backend, data, nn, optim
-from strategies import DEVICES, OP_CASES, requires_gpu
+from strategies import DEVICES, OP_CASES, assert_same_on_gpu, requires_gpu
 
 OPS = sorted(name for name, cls in ad.Op.registry.items() if not cls.is_leaf)
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
@@ -91,7 +91,7 @@ def test_every_op_on_the_gpu_matches_the_cpu(name, data):
         gpu = [ad.tensor(a, device="gpu") for a in case.args]  # float64, as on the CPU
         out_gpu = case.fn(*gpu)
         assert out_gpu.device == "gpu"
-        np.testing.assert_allclose(backend.to_numpy(out_gpu.value), out_cpu.value, rtol=1e-10)
+        assert_same_on_gpu(out_gpu, out_cpu, name)
         if not ad.Op.registry[name].differentiable:  # comparisons: values only, no gradients
             assert out_gpu.dtype == out_cpu.dtype
             with pytest.raises(ad.DTypeError, match=f"{name} is not differentiable"):
@@ -100,9 +100,7 @@ def test_every_op_on_the_gpu_matches_the_cpu(name, data):
         for g_gpu, g_cpu in zip(
             ad.gradients(out_gpu, gpu), ad.gradients(out_cpu, cpu), strict=True
         ):
-            np.testing.assert_allclose(
-                backend.to_numpy(g_gpu.value), g_cpu.value, rtol=1e-9, atol=1e-12
-            )
+            assert_same_on_gpu(g_gpu, g_cpu, f"the gradient of {name}")
         args32 = [backend.to_device(a.astype(np.float32), "gpu") for a in case.args]
         ad.check_grads(case.fn, args32, order=1)  # float32: the named looser tolerances
 

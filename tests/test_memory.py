@@ -295,3 +295,25 @@ def test_a_planned_run_on_each_device(device):
     for want, got in zip(expected, planned, strict=True):
         assert ad.backend.device_of(got) == device
         np.testing.assert_array_equal(ad.backend.to_numpy(got), ad.backend.to_numpy(want))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    "gpu" not in ad.backend.available_devices()
+    or ad.backend.namespace(ad.tensor([0.0], device="gpu").value).__name__ != "fakecupy",
+    reason="counts the copies of the CuPy double (AUTODIFF_FAKE_GPU=1 pytest -m gpu)",
+)
+def test_in_place_steps_on_the_gpu_copy_nothing():
+    """CuPy copies an input that overlaps ``out`` unless it is that very array: a planned
+    step that overwrites its input must be handed the array the last step returned."""
+    import fakecupy
+
+    a, (c, d, e), p = tiny_chain()
+    assert p.in_place == {d: c, e: d}
+    x = ad.backend.to_device(np.linspace(-1, 1, N), "gpu")
+    before = fakecupy.overlap_copies
+    (planned,) = ad.Executor([e], plan=p).run({a: x})
+    assert fakecupy.overlap_copies == before, "an in-place step was given another view"
+    np.testing.assert_allclose(
+        ad.backend.to_numpy(planned), np.sin(np.exp(np.linspace(-1, 1, N))) * 2
+    )
