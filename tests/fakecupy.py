@@ -21,8 +21,17 @@ a student's GPU. This module copies the behaviour of CuPy that trips NumPy code:
   counts them in ``syncs`` (``fakecupy.syncs``), so that tests can prove a training step
   never waits;
 * a memory pool (``get_default_memory_pool``), ``cuda.runtime.getDeviceCount``,
-  ``cuda.Device().synchronize`` and ``fuse`` (which, as CuPy does for NumPy inputs,
-  runs the Python function).
+  ``cuda.Device().synchronize``;
+* only what CuPy 14.2 has: its module and array names and its functions' keywords, as
+  CuPy itself listed them on a GPU (``cupy_api.json``); no ``where=`` on ufuncs, no
+  ``initial=``/``where=`` on reductions. NumPy 2's promotion rules, which CuPy 14
+  follows too (NEP 50);
+* ``fuse`` traces the function once per input dtypes with stand-ins that have a dtype
+  and ndim but no shape and refuse ``bool()``, as CuPy's tracer does, so a program CuPy
+  could not fuse fails here too; then it runs the function for the values;
+* no stricter than CuPy: 0-d NumPy arrays mix in as scalars, an operand whose
+  ``__array_ufunc__`` is None (a Node) gets its reflected operator, and
+  ``random.default_rng`` draws device arrays.
 
 Values are computed by NumPy, so a test against this double checks the code paths and
 dtypes, not CUDA's arithmetic. ``AUTODIFF_FAKE_GPU=1 pytest -m gpu`` (``make test`` runs
@@ -32,10 +41,19 @@ it) installs it as ``cupy`` before the tests are collected (conftest.py).
 from __future__ import annotations
 
 import functools
+import json
+import pathlib
 import weakref
 from types import SimpleNamespace
 
 import numpy
+
+# What CuPy 14.2 has: its public names (module, ndarray, random, cuda, stride_tricks) and
+# the keywords of its functions where Python can read them, written out on a real GPU by
+# CuPy itself (2026-11-25, an H100). A name or keyword not there raises, as in CuPy.
+API = json.loads((pathlib.Path(__file__).with_name("cupy_api.json")).read_text())
+UFUNC_KEYWORDS = {"out", "dtype", "casting"}  # no where= (CuPy 14.2: "Wrong arguments")
+NO_REDUCTION_KEYWORDS = {"initial", "where"}  # a.max(initial=0): CuPy has neither
 
 __version__ = "0.0-double"
 syncs = 0  # reads of device values by the host: each one waits for the GPU in CuPy
@@ -51,7 +69,7 @@ def _unwrap(value):
     """NumPy values for NumPy to compute on; a NumPy array here is a device mix-up."""
     if isinstance(value, ndarray):
         return value._array
-    if isinstance(value, numpy.ndarray):
+    if isinstance(value, numpy.ndarray) and value.ndim:  # 0-d: a scalar to CuPy too
         raise TypeError(f"Unsupported type {type(value)}")
     if isinstance(value, (list, tuple)):
         return type(value)(_unwrap(v) for v in value)
@@ -145,9 +163,19 @@ class ndarray:  # noqa: N801 (CuPy's name)
             # _array: not set yet (copy, pickle). Dunders: NumPy would read the memory
             # through __array_interface__, which a GPU array does not offer.
             raise AttributeError(name)
+        if name not in API["ndarray"]:
+            raise AttributeError(f"'cupy.ndarray' object has no attribute {name!r}")
         if name in ("item", "tolist"):
             _sync()
         attr = getattr(self._array, name)  # shape, dtype, T, astype, sum, reshape, ...
+        if name in ("max", "min", "sum", "prod", "mean", "any", "all"):
+            reduce = attr
+
+            def attr(*args, **kwargs):
+                if NO_REDUCTION_KEYWORDS & set(kwargs):
+                    raise TypeError(f"{name}() got an unexpected keyword argument")
+                return reduce(*args, **kwargs)
+
         return _on_device(attr) if callable(attr) else _wrap(attr)
 
     def __len__(self):
@@ -171,9 +199,12 @@ class ndarray:  # noqa: N801 (CuPy's name)
 
     # operators: the ufuncs, through __array_ufunc__
     def _binary(ufunc, reflected=False):
-        if reflected:
-            return lambda self, other: ufunc(other, self)
-        return lambda self, other: ufunc(self, other)
+        def operator(self, other):
+            if type(other).__dict__.get("__array_ufunc__", 0) is None:  # it asks to go first:
+                return NotImplemented  # ``gpu_array * node`` is ``node.__rmul__``, as in CuPy
+            return ufunc(other, self) if reflected else ufunc(self, other)
+
+        return operator
 
     def _in_place(ufunc):
         def operator(self, other):
@@ -294,12 +325,86 @@ def array(data, dtype=None, copy=True):
     return ndarray(numpy.array(data, dtype=dtype))
 
 
+class _FusionVarArray:
+    """What ``cupy.fuse`` calls the function with while it traces it: a dtype and ndim,
+    no shape, no bool() (CuPy 14.2: ``Exception("Can't cast to bool")``); each op makes
+    another. So a function CuPy cannot fuse fails here too."""
+
+    __module__ = "cupy._core.fusion"
+    __array_priority__ = 200
+
+    def __init__(self, sample, ndim=0):
+        self._sample = sample  # a 0-d NumPy array of the dtype: results take its promotion
+        self.dtype, self.ndim = sample.dtype, ndim
+
+    def __bool__(self):
+        raise Exception("Can't cast to bool")  # noqa: TRY002 (what CuPy raises)
+
+    def astype(self, dtype, copy=True):
+        return _FusionVarArray(self._sample.astype(dtype), self.ndim)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or set(kwargs) - UFUNC_KEYWORDS:
+            raise TypeError(f"cupy.fuse cannot trace {ufunc.__name__}.{method}({kwargs})")
+        with numpy.errstate(all="ignore"):  # the samples' values mean nothing
+            return _traced(getattr(ufunc, method)(*_samples(inputs)), inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func.__name__ not in ("where", "clip"):  # elementwise, and fusable in CuPy
+            raise TypeError(f"cupy.fuse cannot trace {func.__name__}")
+        with numpy.errstate(all="ignore"):
+            return _traced(func(*_samples(args), **kwargs), args)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _traced_operator(name):
+    def operator(self, *args):
+        with numpy.errstate(all="ignore"):  # the samples' values mean nothing
+            return _traced(getattr(self._sample, name)(*_samples(args)), (self, *args))
+
+    return operator
+
+
+for _name in (
+    "__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __pow__ "
+    "__rpow__ __neg__ __abs__ __lt__ __le__ __gt__ __ge__ __eq__ __ne__"
+).split():
+    setattr(_FusionVarArray, _name, _traced_operator(_name))
+
+
+def _samples(values):
+    return [v._sample if isinstance(v, _FusionVarArray) else v for v in values]
+
+
+def _traced(result, inputs):
+    """The stand-in for an op's result on stand-ins: its dtype, the inputs' largest ndim."""
+    ndim = max((v.ndim for v in inputs if isinstance(v, _FusionVarArray)), default=0)
+    return _FusionVarArray(numpy.asarray(result), ndim)
+
+
 def fuse(*args, **kwargs):
-    """``@cupy.fuse()`` or ``cupy.fuse(kernel_name=...)(f)``: runs ``f`` on the arrays, as
-    CuPy does for NumPy inputs (here there is no kernel to compile)."""
+    """``@cupy.fuse()`` or ``cupy.fuse(kernel_name=...)(f)``: traces ``f`` once per input
+    dtypes with stand-ins (``_FusionVarArray``), as CuPy does to compile its kernel, so
+    what CuPy cannot fuse raises here too; then runs ``f`` on the arrays for the values."""
 
     def decorate(function):
-        return functools.wraps(function)(lambda *inputs: function(*inputs))
+        traced = set()
+
+        def kernel(*inputs):
+            key = tuple(getattr(x, "dtype", type(x)) for x in inputs)
+            if key not in traced:
+                stand_ins = [
+                    _FusionVarArray(numpy.zeros((), x.dtype), x.ndim)
+                    if isinstance(x, ndarray)
+                    else x
+                    for x in inputs
+                ]
+                function(*stand_ins)
+                traced.add(key)
+            return function(*inputs)
+
+        return functools.wraps(function)(kernel)
 
     if len(args) == 1 and callable(args[0]) and not kwargs:
         return decorate(args[0])
@@ -318,15 +423,50 @@ class _Random:
     def randint(self, low, high=None, size=None, dtype=int):
         return ndarray(self._rng.integers(low, high, size).astype(dtype))
 
+    @staticmethod
+    def default_rng(seed=None):
+        """``cupy.random.default_rng``: a Generator whose draws are device arrays."""
+        rng = numpy.random.default_rng(seed)
+        return SimpleNamespace(
+            **{
+                name: (lambda draw: lambda *a, **k: _wrap(numpy.asarray(draw(*a, **k))))(
+                    getattr(rng, name)
+                )
+                for name in ("random", "standard_normal", "integers", "permutation", "uniform")
+            }
+        )
+
 
 random = _Random()
 
 
+def _keywords_checked(name, function, ufunc):
+    """``function``, refusing keywords that CuPy's ``name`` does not take."""
+    allowed = API["cupy"][name]
+    if ufunc:
+        allowed = UFUNC_KEYWORDS
+    elif not isinstance(allowed, list):
+        return function
+
+    def call(*args, **kwargs):
+        unknown = set(kwargs) - set(allowed)
+        if unknown:
+            raise TypeError(f"cupy.{name}() got unexpected keyword arguments {sorted(unknown)}")
+        return function(*args, **kwargs)
+
+    return call
+
+
 def __getattr__(name):
-    """Every other NumPy function, on device arrays only; constants as they are."""
+    """Every other function CuPy has, as NumPy's on device arrays only; constants as they
+    are. A name CuPy does not have raises AttributeError, as it would."""
+    if name not in API["cupy"]:
+        raise AttributeError(f"module 'cupy' has no attribute {name!r} (CuPy 14.2 has none)")
     attr = getattr(numpy, name)
     if callable(attr) and not isinstance(attr, type):
-        function = functools.wraps(attr)(_on_device(attr))
+        function = functools.wraps(attr)(
+            _keywords_checked(name, _on_device(attr), isinstance(attr, numpy.ufunc))
+        )
         if isinstance(attr, numpy.ufunc):  # cupy.add.at (CuPy 13): in place, on device arrays
             function.at = _on_device(attr.at)
         return function

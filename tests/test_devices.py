@@ -252,6 +252,35 @@ def test_the_cupy_double_refuses_what_cupy_refuses():
     assert fakecupy.get_default_memory_pool().used_bytes() == used
 
 
+def test_the_cupy_double_has_what_cupy_14_has_and_nothing_more():
+    """Names, keywords and fusion as CuPy 14.2 has them (tests/cupy_api.json was written by
+    CuPy itself on a GPU): the double is neither more permissive nor stricter."""
+    import fakecupy
+
+    gpu = fakecupy.asarray(np.ones(3, dtype=np.float32))
+    with pytest.raises(AttributeError, match="no attribute 'vecdot'"):
+        fakecupy.vecdot  # noqa: B018 (NumPy 2 has it, CuPy 14.2 does not)
+    for refused in (
+        lambda: gpu.max(initial=0),  # CuPy's reductions take neither initial= nor where=
+        lambda: fakecupy.max(gpu, initial=0),
+        lambda: fakecupy.add(gpu, 1, where=gpu > 0),  # nor its ufuncs where=
+        lambda: fakecupy.fuse(kernel_name="k")(lambda x: x * 2 if x else x)(gpu),  # bool()
+        lambda: fakecupy.fuse(kernel_name="k")(lambda x: x.reshape(x.shape))(gpu),  # no shape
+        lambda: fakecupy.fuse(kernel_name="k")(lambda x: fakecupy.sum(x))(gpu),  # a reduction
+    ):
+        with pytest.raises((TypeError, AttributeError, Exception)):
+            refused()
+    kernel = fakecupy.fuse(kernel_name="k")(lambda x, y: fakecupy.where(x > 0, x * y, -x))
+    np.testing.assert_array_equal(kernel(gpu, 2.0).get(), [2, 2, 2])
+    assert kernel(gpu, 2.0).dtype == np.float32  # NEP 50: a Python float is weak
+    # What CuPy accepts and an over-strict double refused:
+    node = ad.tensor(np.ones(3, np.float32))  # (gpu * node: the Node's __rmul__ decides)
+    assert gpu.__mul__(node) is NotImplemented and gpu.__lt__(node) is NotImplemented
+    np.testing.assert_array_equal((gpu < np.asarray(2.0)).get(), [True] * 3)  # 0-d NumPy
+    draws = fakecupy.random.default_rng(0).random(4)
+    assert isinstance(draws, fakecupy.ndarray) and draws.shape == (4,)
+
+
 @requires_gpu
 def test_the_gpu_benchmark_runs(capsys, monkeypatch):
     """benchmarks/bench_gpu.py, small (timings are not checked, only that every part runs
