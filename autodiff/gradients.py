@@ -24,6 +24,7 @@ from weakref import WeakKeyDictionary
 
 from . import backend
 from .checkpoint import Recomputation, choose_checkpoints
+from .gradient_cache import cached_gradients, enabled
 from .graph import (
     OPERATORS,
     Constant,
@@ -209,18 +210,30 @@ def gradients(
                 f"shape {output.shape}; they must match."
             )
     imperative = output.value is not None and (output_grad is None or output_grad.value is not None)
-    # Build the whole gradient graph first, then compute only what the results need:
-    # a rule may build gradients for inputs nobody asked about (d input in a first layer).
-    with deferred() as built:
-        if output_grad is None:
-            output_grad = ones_like(output)
-        recompute = None
-        if checkpoint is not None:
-            recompute = Recomputation(choose_checkpoints(output, checkpoint))
-        grads = reverse_pass(output, wrt, output_grad, recompute, steps=steps)
-    if imperative:  # a placeholder the output does not need keeps a symbolic zeros_like
-        fill_values([g for g, x in zip(grads, wrt, strict=True) if x.value is not None], built)
-    return grads
+
+    def build(order=None):  # (no annotations: a copy of this source compiles the same)
+        # The whole gradient graph first, then only what the results need is computed:
+        # a rule may build gradients for inputs nobody asked about (d input, first layer).
+        with deferred() as built:
+            seed = ones_like(output) if output_grad is None else output_grad
+            recompute = None
+            if checkpoint is not None:
+                recompute = Recomputation(choose_checkpoints(output, checkpoint))
+            grads = reverse_pass(output, wrt, seed, recompute, order, steps)
+        if imperative:  # a placeholder the output does not need keeps a symbolic zeros_like
+            fill_values([g for g, x in zip(grads, wrt, strict=True) if x.value is not None], built)
+        return grads
+
+    if imperative and output_grad is checkpoint is steps is None and enabled():
+        return cached_gradients(output, wrt, build, _stand_in)  # structures seen: cached
+    return build()
+
+
+def _stand_in(real: Node, cached: Node) -> Node:
+    """A cached gradient, its graph now built, stands for ``real``: same shape reliance."""
+    if real in _assumed_shapes:
+        _assumed_shapes[cached] = _assumed_shapes[real]
+    return real
 
 
 def backward(output: Node) -> None:

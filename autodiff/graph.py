@@ -52,6 +52,7 @@ class DomainError(AutodiffError, ValueError):
 _building: ContextVar[list[Node] | None] = ContextVar("building", default=None)
 _FLOAT64 = backend.float_dtype("float64")  # the dtype check's default for Python numbers
 _serials = itertools.count()  # numbers nodes in creation order (see Node.serial)
+new_serial = _serials.__next__
 
 
 @contextmanager
@@ -118,7 +119,7 @@ class Node:
         self.value = None
         # Creation order is the order the program was written in, and a topological
         # order (inputs exist first): memory.py runs graphs in it.
-        self.serial = next(_serials)
+        self.serial = new_serial()
         self.grad = None  # filled by backward() (PyTorch's habit; see gradients.backward)
 
     # Shape, dtype and device come from the value; a placeholder knows its declared ones.

@@ -1,0 +1,218 @@
+"""A cache of gradient programs, for graphs rebuilt step after step (define-by-run).
+
+A training loop in the imperative style builds the same forward graph at every step:
+the same ops, wired the same way, on values of the same shapes and dtypes. Building its
+gradient graph again each time (a Python object per gradient node, each rule called
+again) costs more than the arithmetic of small ops. So ``gradients`` keys the forward
+graph by its *structure* (each node's op, settings and inputs, and its value's shape,
+dtype and device; the values of Python-number constants; which nodes are ``wrt``), as
+``jax.jit`` and ``torch.compile`` key their traces, but without being asked:
+
+* a **miss** (a structure not seen lately) builds the gradient graph as always, and
+  compiles it into one Python function from the forward values to the gradients' values
+  (a line per gradient op, ``v7 = f7(forward[3], v5)``; ``GradientProgram.source``);
+* a **hit** runs that function on this step's forward values and returns nodes holding
+  the results (``CachedGradient``). Their graph is built when it is first looked at
+  (``.op``, ``.inputs``: drawing it, differentiating it again, an Executor), so the
+  gradient is still a graph of Nodes; a step that only reads ``.value`` never builds it.
+
+``cache_info()`` counts hits and misses; ``disabled()`` turns the cache off in a block.
+What decides the gradient program is in the key: a new shape, dtype, device, op, wiring
+or constant number is a miss. Graphs whose settings cannot be hashed (an index array)
+are not cached.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from .graph import Node, find_topo_sort, new_serial
+
+MAX_PROGRAMS = 64  # structures kept, least recently used first out
+_programs: OrderedDict[tuple, GradientProgram] = OrderedDict()
+_stats = {"hits": 0, "misses": 0, "uncacheable": 0}
+_enabled = [True]
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    hits: int
+    misses: int
+    uncacheable: int
+    programs: int
+    max_programs: int
+
+
+def cache_info() -> CacheInfo:
+    """How often ``gradients`` found a compiled program for its graph's structure."""
+    return CacheInfo(**_stats, programs=len(_programs), max_programs=MAX_PROGRAMS)
+
+
+def clear() -> None:
+    """Forget every program and reset the counts."""
+    _programs.clear()
+    _stats.update(hits=0, misses=0, uncacheable=0)
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """``with gradient_cache.disabled():`` every ``gradients`` call builds its graph."""
+    _enabled.append(False)
+    try:
+        yield
+    finally:
+        _enabled.pop()
+
+
+def enabled() -> bool:
+    return _enabled[-1]
+
+
+_NUMBERS = (int, float, bool)
+
+
+def structure_key(inputs: Sequence[Node], wrt: Sequence[Node]) -> tuple | None:
+    """The key of a valued forward graph (``inputs``, a topological order), or None when
+    it cannot be hashed or holds a symbolic node."""
+    position: dict[Node, int] = {}
+    parts: list[tuple] = []
+    for i, node in enumerate(inputs):
+        value = node.value
+        if value is None:
+            return None
+        position[node] = i
+        # Of a value, what the program depends on: an array's shape, dtype and device
+        # (its numbers are read at each run); a Python number itself (rules may write
+        # it into the program).
+        kind = type(value)
+        if kind in _NUMBERS:
+            value_key: tuple = (kind, value)
+        else:
+            value_key = (kind, getattr(value, "shape", None), getattr(value, "dtype", None))
+        attrs = tuple(node.attrs.items()) if node.attrs else ()
+        wiring = tuple([position[x] for x in node.inputs])
+        parts.append((node.op, node.name, attrs, wiring, value_key))
+    parts.append(tuple([position[x] for x in wrt]))
+    key = tuple(parts)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable setting (an index array, a slice before 3.12)
+        return None
+    return key
+
+
+class GradientProgram:
+    """The gradient graph as one Python function of the forward values (by position)."""
+
+    def __init__(self, inputs: Sequence[Node], grads: Sequence[Node]):
+        position = {node: i for i, node in enumerate(inputs)}
+        steps = find_topo_sort(list(grads), descend=lambda n: n not in position)
+        steps = [n for n in steps if n not in position]
+        last_use: dict[Node, int] = {}
+        for i, node in enumerate(steps):
+            for x in node.inputs:
+                last_use[x] = i
+        names: dict[str, Any] = {}
+        results = set(grads)
+        ref: dict[Node, str] = {node: f"forward[{i}]" for node, i in position.items()}
+        lines = ["def run(forward):"]
+        for i, node in enumerate(steps):
+            if node.op.is_leaf:  # a constant the rules made (a number): part of the program
+                names[f"c{i}"], ref[node] = node.value, f"c{i}"
+                continue
+            compute = node.op.compute
+            names[f"f{i}"] = functools.partial(compute, **node.attrs) if node.attrs else compute
+            args = ", ".join(ref[x] for x in node.inputs)
+            lines.append(f"    v{i} = f{i}({args})  # {node.op.name}")
+            ref[node] = f"v{i}"
+            done = [  # values no later line reads, and not results: freed now
+                ref[x]
+                for x in dict.fromkeys(node.inputs)
+                if last_use[x] == i and x not in results and ref[x][0] == "v"
+            ]
+            if done:
+                lines.append(f"    del {', '.join(done)}")
+        lines.append(f"    return [{', '.join(ref[g] for g in grads)}]")
+        self.source = "\n".join(lines) + "\n"
+        self.names = [g.name for g in grads]
+        scope = dict(names)
+        exec(compile(self.source, "<autodiff gradient program>", "exec"), scope)
+        self.run: Callable[[list], list] = scope["run"]
+
+
+# Node's own storage for these three (slots), which CachedGradient's properties fill.
+_OP: Any = Node.__dict__["op"]
+_INPUTS: Any = Node.__dict__["inputs"]
+_ATTRS: Any = Node.__dict__["attrs"]
+
+
+class CachedGradient(Node):
+    """A gradient node from a cached program: its value now, its graph (``op``,
+    ``inputs``, ``attrs``) built the first time it is looked at."""
+
+    __slots__ = ("_build",)
+
+    def __init__(self, value: Any, name: str, build: Callable[[Node], Node] | None):
+        self.value, self.name, self.grad, self._build = value, name, None, build
+        self.serial = new_serial()
+
+    def _graph(self, slot: Any) -> Any:
+        if self._build is not None:
+            real, self._build = self._build(self), None
+            for own in (_OP, _INPUTS, _ATTRS):
+                own.__set__(self, own.__get__(real, Node))
+            self.serial = new_serial()  # after the nodes it now reads: creation order
+        return slot.__get__(self, Node)
+
+    op = property(lambda self: self._graph(_OP))  # type: ignore[assignment]
+    inputs = property(lambda self: self._graph(_INPUTS))  # type: ignore[assignment]
+    attrs = property(lambda self: self._graph(_ATTRS))  # type: ignore[assignment]
+
+
+def _item(graph: Callable[[], list[Node]], i: int, stand_in: Callable, cached: Node) -> Node:
+    return stand_in(graph()[i], cached)
+
+
+def cached_gradients(
+    output: Node,
+    wrt: list[Node],
+    build: Callable[[list[Node]], list[Node]],
+    stand_in: Callable[[Node, Node], Node],
+) -> list[Node]:
+    """``build(inputs)`` (the gradient graph, made as always) through the cache: see the
+    module's docstring. ``inputs`` is the forward graph in topological order.
+    ``stand_in(real, cached)``, once a cached gradient's graph is built: ``cached`` now
+    stands for ``real`` (gradients.py moves what it knows of ``real`` over)."""
+    inputs = find_topo_sort([output])
+    seen = set(inputs)
+    inputs += [x for x in wrt if x not in seen]  # a wrt the output does not depend on
+    key = structure_key(inputs, wrt) if _enabled[-1] else None
+    if key is None:
+        _stats["uncacheable"] += 1
+        return build(inputs)
+    program = _programs.get(key)
+    if program is not None:
+        try:
+            values = program.run([node.value for node in inputs])
+        except Exception:  # noqa: BLE001 (an op refused: the checked build says how)
+            values = None
+        if values is not None:
+            _stats["hits"] += 1
+            _programs.move_to_end(key)
+            graph = functools.cache(lambda: build(inputs))  # all of them, once, if asked
+            return [
+                CachedGradient(v, name, functools.partial(_item, graph, i, stand_in))
+                for i, (v, name) in enumerate(zip(values, program.names, strict=True))
+            ]
+    _stats["misses"] += 1
+    grads = build(inputs)
+    if all(g.value is not None for g in grads):
+        _programs[key] = GradientProgram(inputs, grads)
+        while len(_programs) > MAX_PROGRAMS:
+            _programs.popitem(last=False)
+    return grads

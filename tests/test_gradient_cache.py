@@ -1,0 +1,181 @@
+"""The cache of gradient programs (autodiff/gradient_cache.py): graphs rebuilt step after
+step get their gradients from a compiled program, with the same values, dtypes and
+errors as a gradient graph built anew, and a graph of Nodes still behind them."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import autodiff as ad
+from autodiff import gradient_cache
+from autodiff.gradient_cache import CachedGradient
+from strategies import OP_CASES
+
+OPS = sorted(name for name, cls in ad.Op.registry.items() if cls.differentiable and not cls.is_leaf)
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    gradient_cache.clear()
+    yield
+    gradient_cache.clear()
+
+
+def step(x_value, w_value, scale=1.5):
+    """One define-by-run step: a new graph each call."""
+    x, w = ad.tensor(x_value, name="x"), ad.tensor(w_value, name="w")
+    loss = ad.sum(ad.tanh(ad.matmul(x, w)) * scale) + ad.sum(w * w)
+    return loss, ad.gradients(loss, [x, w])
+
+
+def counts():
+    info = gradient_cache.cache_info()
+    return info.hits, info.misses
+
+
+def test_a_repeated_structure_misses_once_then_hits_with_the_same_values():
+    rng = np.random.default_rng(0)
+    values = [(rng.normal(size=(4, 3)), rng.normal(size=(3, 2))) for _ in range(3)]
+    for i, (x, w) in enumerate(values):
+        loss, grads = step(x, w)
+        with gradient_cache.disabled():
+            _, fresh = step(x, w)
+        for got, want in zip(grads, fresh, strict=True):
+            np.testing.assert_array_equal(got.value, want.value)  # bit for bit
+            assert got.dtype == want.dtype
+        assert all(isinstance(g, CachedGradient) for g in grads) == (i > 0)
+    assert counts() == (2, 1)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda x, w: (x[:2], w),  # another shape
+        lambda x, w: (x.astype(np.float32), w.astype(np.float32)),  # another dtype
+    ],
+    ids=["shape", "dtype"],
+)
+def test_a_new_shape_or_dtype_misses_and_keeps_its_dtype(change):
+    x, w = np.ones((4, 3)), np.ones((3, 2))
+    step(x, w)
+    x2, w2 = change(x, w)
+    _, grads = step(x2, w2)
+    assert counts() == (0, 2)
+    assert grads[0].shape == x2.shape and grads[0].dtype == x2.dtype
+
+
+def test_a_constant_number_is_part_of_the_key():
+    x, w = np.ones((2, 3)), np.full((3, 1), 0.5)
+    _, (_, dw2) = step(x, w, scale=2.0)
+    _, (_, dw3) = step(x, w, scale=3.0)
+    assert counts() == (0, 2)
+    with gradient_cache.disabled():
+        _, (_, want) = step(x, w, scale=3.0)
+    np.testing.assert_array_equal(dw3.value, want.value)
+    assert not np.array_equal(dw2.value, dw3.value)
+
+
+def test_the_wiring_is_part_of_the_key():
+    """x * x and x * y: same ops, same shapes, another graph."""
+    x, y = ad.tensor(3.0), ad.tensor(5.0)
+    (dx,) = ad.gradients(x * x, [x])
+    (dx2,) = ad.gradients(x * y, [x])
+    assert (float(dx.value), float(dx2.value)) == (6.0, 5.0)
+    assert counts() == (0, 2)
+
+
+def test_a_cached_gradient_is_a_graph_when_looked_at():
+    """Drawn, differentiated again, run by an Executor: its graph is built on demand."""
+    step(np.ones((2, 3)), np.ones((3, 2)))
+    x = ad.tensor(np.array([[0.5, -1.0, 2.0]]), name="x")
+    w = ad.tensor(np.full((3, 2), 0.25), name="w")
+    loss = ad.sum(ad.tanh(ad.matmul(x, w)) * 1.5) + ad.sum(w * w)
+    x1 = ad.tensor(np.array([[0.5, -1.0, 2.0]]), name="x")
+    loss1 = ad.sum(ad.tanh(ad.matmul(x1, w)) * 1.5) + ad.sum(w * w)
+    ad.gradients(loss1, [x1, w])  # the structure with x of shape (1, 3), seen once
+    dx, dw = ad.gradients(loss, [x, w])
+    assert isinstance(dx, CachedGradient) and dx._build is not None
+    value = dx.value
+    assert dx.inputs and dx.op.name and dx._build is None  # now a graph
+    np.testing.assert_array_equal(dx.value, value)  # its value as computed
+    (ddx,) = ad.gradients(ad.sum(dx * dx), [x])  # second derivatives through it
+    with gradient_cache.disabled():
+        (fresh,) = ad.gradients(loss, [x])
+        (want,) = ad.gradients(ad.sum(fresh * fresh), [x])
+    np.testing.assert_allclose(ddx.value, want.value, rtol=1e-12)
+    assert "matmul" in ad.viz.draw(dw).source  # drawn from its graph
+    (again,) = ad.Executor([dw]).run({})
+    np.testing.assert_allclose(again, dw.value, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", OPS)
+@given(data=st.data())
+def test_every_op_gives_the_same_gradients_from_the_cache(name, data):
+    case = data.draw(OP_CASES[name])
+    gradient_cache.clear()
+
+    def grads():
+        leaves = [ad.tensor(a) for a in case.args]
+        return [g.value for g in ad.gradients(case.fn(*leaves), leaves)]
+
+    with gradient_cache.disabled():
+        want = grads()
+    first, second = grads(), grads()
+    info = gradient_cache.cache_info()
+    # (dropout_mask's case makes a new Generator per call, a setting: a new key each time)
+    assert info.hits + info.uncacheable >= 1 or name == "dropout_mask", info
+    for values in (first, second):
+        for got, expected in zip(values, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=name)
+            assert np.asarray(got).dtype == np.asarray(expected).dtype
+
+
+def test_the_cache_keeps_no_forward_values_alive():
+    x = ad.tensor(np.ones(1000), name="x")
+    for _ in range(2):
+        (dx,) = ad.gradients(ad.sum(ad.sin(x) * x), [x])
+    probe = weakref.ref(x)
+    del x, dx
+    gc.collect()
+    assert probe() is None, "a program holds the forward graph"
+    assert gradient_cache.cache_info().programs == 1
+
+
+def test_a_program_reads_like_the_gradient_graph():
+    x = ad.tensor(np.ones(3), name="x")
+    ad.gradients(ad.sum(ad.sin(x)), [x])
+    (program,) = gradient_cache._programs.values()
+    assert "# cos" in program.source and "# multiply" in program.source
+    assert program.source.startswith("def run(forward):")
+
+
+def test_disabled_nests_and_restores():
+    x = ad.tensor(2.0)
+    with gradient_cache.disabled():
+        with gradient_cache.disabled():
+            ad.gradients(x * x, [x])
+        ad.gradients(x * x, [x])
+    assert gradient_cache.enabled() and counts() == (0, 0)
+    ad.gradients(x * x, [x])
+    assert counts() == (0, 1)
+
+
+def test_unhashable_settings_are_not_cached_and_still_right():
+    x = ad.tensor(np.arange(6.0), name="x")
+    index = np.array([0, 2, 2])
+    for _ in range(2):
+        (dx,) = ad.gradients(ad.sum(x[index] * x[index]), [x])
+        np.testing.assert_array_equal(dx.value, [0, 0, 8, 0, 0, 0])
+    info = gradient_cache.cache_info()
+    assert info.uncacheable == 2 and info.hits == 0
+
+
+def test_float32_stays_float32_from_the_cache():
+    for _ in range(2):
+        x = ad.tensor(np.ones(3, np.float32))
+        (dx,) = ad.gradients(ad.sum(ad.exp(x) * 0.5), [x])
+    assert isinstance(dx, CachedGradient) and dx.dtype == np.float32
