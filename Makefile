@@ -138,8 +138,7 @@ hub: $(VENV)/.installed-hub $(HUB_STATE)/proxy/node_modules/.bin/configurable-ht
 		"$(CURDIR)/$(BIN)/jupyterhub" -f "$(CURDIR)/deploy/hub/jupyterhub_config.py"
 
 bench: $(VENV)/.installed-bench
-	$(BIN)/python benchmarks/bench_engine.py
-	$(BIN)/python benchmarks/bench_training.py
+	$(BIN)/python benchmarks/bench_table.py
 	$(BIN)/python benchmarks/bench_parallel.py
 	$(BIN)/python benchmarks/bench_conv.py
 

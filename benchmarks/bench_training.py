@@ -176,6 +176,7 @@ def bench(name, args):
             f"  {peer:<20}{med[peer]:>10.1f}{losses[peer]:>12.5f}"
             f"{med[COMPILED] / med[peer]:>14.2f}x{med[REBUILT] / med[peer]:>13.2f}x"
         )
+    return med
 
 
 def main():
