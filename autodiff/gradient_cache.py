@@ -8,9 +8,11 @@ graph by its *structure* (each node's op, settings and inputs, and its value's s
 dtype and device; the values of Python-number constants; which nodes are ``wrt``), as
 ``jax.jit`` and ``torch.compile`` key their traces, but without being asked:
 
-* a **miss** (a structure not seen lately) builds the gradient graph as always, and
-  compiles it into one Python function from the forward values to the gradients' values
-  (a line per gradient op, ``v7 = f7(forward[3], v5)``; ``GradientProgram.source``);
+* a **miss** (a structure not seen lately) builds the gradient graph as always; the
+  second time a structure is seen, it also compiles it into one Python function from
+  the forward values to the gradients' values (a line per gradient op,
+  ``v7 = f7(forward[3], v5)``; ``GradientProgram.source``). Compiling costs about three
+  builds, so a graph met once (a student's one-off question) never pays for it;
 * a **hit** runs that function on this step's forward values and returns nodes holding
   the results (``CachedGradient``). Their graph is built when it is first looked at
   (``.op``, ``.inputs``: drawing it, differentiating it again, an Executor), so the
@@ -35,6 +37,7 @@ from .graph import Node, find_topo_sort, new_serial
 
 MAX_PROGRAMS = 64  # structures kept, least recently used first out
 _programs: OrderedDict[tuple, GradientProgram] = OrderedDict()
+_seen_once: OrderedDict[tuple, None] = OrderedDict()  # keys built once, not compiled yet
 _stats = {"hits": 0, "misses": 0, "uncacheable": 0}
 _enabled = [True]
 
@@ -53,11 +56,11 @@ def cache_info() -> CacheInfo:
 
     >>> import autodiff as ad
     >>> clear()
-    >>> for step in range(3):  # the same structure, new values: a miss, then hits
+    >>> for step in range(3):  # the same structure, new values: built, compiled, run
     ...     x = ad.tensor(float(step))
     ...     (dx,) = ad.gradients(x * x, [x])
     >>> cache_info().misses, cache_info().hits, float(dx.value)
-    (1, 2, 4.0)
+    (2, 1, 4.0)
     """
     return CacheInfo(**_stats, programs=len(_programs), max_programs=MAX_PROGRAMS)
 
@@ -65,6 +68,7 @@ def cache_info() -> CacheInfo:
 def clear() -> None:
     """Forget every program and reset the counts."""
     _programs.clear()
+    _seen_once.clear()
     _stats.update(hits=0, misses=0, uncacheable=0)
 
 
@@ -221,8 +225,13 @@ def cached_gradients(
             ]
     _stats["misses"] += 1
     grads = build(inputs)
-    if all(g.value is not None for g in grads):
+    if key not in _seen_once:  # compiled only if it comes back
+        _seen_once[key] = None
+        if len(_seen_once) > MAX_PROGRAMS:
+            _seen_once.popitem(last=False)
+    elif all(g.value is not None for g in grads):
+        del _seen_once[key]
         _programs[key] = GradientProgram(inputs, grads)
-        while len(_programs) > MAX_PROGRAMS:
+        if len(_programs) > MAX_PROGRAMS:
             _programs.popitem(last=False)
     return grads

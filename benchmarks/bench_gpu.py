@@ -53,32 +53,34 @@ def cnn():
     )
 
 
-def autodiff_step(model, example_shape, classes, batch, compiled=True, fuse=False, plan=False):
-    """One SGD step of ``model`` on a fixed random batch, on the GPU."""
-    opt = optim.SGD(model.parameters(), lr=0.01)
+def training_graph(model, example_shape, classes, batch):
+    """A fixed random batch on the GPU, and the loss and parameter gradients of ``model``
+    built once from placeholders: (outputs, feed, (x, y))."""
     xp = backend.namespace(model.parameters()[0].value)
     x = xp.random.standard_normal((batch, *example_shape), dtype="float32")
     y = xp.random.randint(0, classes, batch)
-    params = model.parameters()
+    xv = ad.Variable("x", shape=(None, *example_shape), dtype="float32")
+    yv = ad.Variable("y", shape=(None,), dtype=y.dtype)
+    loss = nn.cross_entropy(model(xv), yv)
+    return [loss, *ad.gradients(loss, model.parameters())], {xv: x, yv: y}, (x, y)
+
+
+def autodiff_step(model, example_shape, classes, batch, compiled=True, fuse=False):
+    """One SGD step of ``model`` on a fixed random batch, on the GPU."""
+    opt = optim.SGD(model.parameters(), lr=0.01)
+    outputs, feed, (x, y) = training_graph(model, example_shape, classes, batch)
     if compiled:
-        xv = ad.Variable("x", shape=(None, *example_shape), dtype="float32")
-        yv = ad.Variable("y", shape=(None,), dtype=y.dtype)
-        loss = nn.cross_entropy(model(xv), yv)
-        outputs = [loss, *ad.gradients(loss, params)]
-        memory_plan = ad.memory.plan(outputs, {xv: x, yv: y}) if plan else None
-        executor = ad.Executor(outputs, memory_plan, fuse=fuse)
-        if plan:
-            return executor, {xv: x, yv: y}, memory_plan
+        executor = ad.Executor(outputs, fuse=fuse)
 
         def step():
-            _, *grads = executor.run({xv: x, yv: y})
+            _, *grads = executor.run(feed)
             opt.step(grads)
 
         return step
 
     def rebuilt_step():
         loss = nn.cross_entropy(model(ad.constant(x)), ad.constant(y))
-        opt.step(ad.gradients(loss, params))
+        opt.step(ad.gradients(loss, model.parameters()))
 
     return rebuilt_step
 
@@ -184,21 +186,15 @@ def bench_plan(args):
     sizes, batch = (784, 1024, 1024, 10), 256
     print(f"\n== pool peak in a compiled step, MLP {'-'.join(map(str, sizes))}, batch {batch} ==")
     model = nn.MLP(sizes, device="gpu", seed=0)
-    xp = backend.namespace(model.parameters()[0].value)
-    x = xp.random.standard_normal((batch, sizes[0]), dtype="float32")
-    y = xp.random.randint(0, sizes[-1], batch)
-    xv = ad.Variable("x", shape=(None, sizes[0]), dtype="float32")
-    yv = ad.Variable("y", shape=(None,), dtype=y.dtype)
-    loss = nn.cross_entropy(model(xv), yv)
-    outputs = [loss, *ad.gradients(loss, model.parameters())]
-    memory_plan = ad.memory.plan(outputs, {xv: x, yv: y})
+    outputs, feed, _ = training_graph(model, (sizes[0],), sizes[-1], batch)
+    memory_plan = ad.memory.plan(outputs, feed)
     for label, plan in (("unplanned", None), ("planned", memory_plan)):
         backend.synchronize()
         executor = ad.Executor(outputs, plan)
-        executor.run({xv: x, yv: y})  # warm: kernels compiled (its results dropped)
+        executor.run(feed)  # warm: kernels compiled (its results dropped)
         backend.synchronize()
         with Peak() as hook:  # one step: its buffers, CuPy's temporaries, the outputs
-            results = executor.run({xv: x, yv: y})
+            results = executor.run(feed)
             backend.synchronize()
         out = sum(int(r.nbytes) for r in results)
         print(
