@@ -141,6 +141,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_table.py
 	$(BIN)/python benchmarks/bench_parallel.py
 	$(BIN)/python benchmarks/bench_conv.py
+	$(BIN)/python benchmarks/bench_losses.py
 
 # On a machine with an NVIDIA GPU (CUDA 12): CuPy from the gpu extra, PyTorch with CUDA.
 bench-gpu: $(VENV)/.installed-bench $(VENV)/.installed-gpu

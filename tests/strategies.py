@@ -331,6 +331,28 @@ def cross_entropies(draw):
     return Case(ad.softmax_cross_entropy, [logits, probs], np_cross_entropy)
 
 
+def np_cross_entropy_gradient(logits, probs, loss_grad):
+    """(softmax(Z) * S - P) * dL / rows, S the rows' label mass."""
+    softmax = np_softmax(logits, axis=-1)
+    mass = probs.sum(axis=-1, keepdims=True)
+    return (softmax * mass - probs) * loss_grad / (logits.size // logits.shape[-1])
+
+
+@st.composite
+def cross_entropy_gradients(draw):
+    logits, indices, probs = draw(logits_and_labels())
+    loss_grad = draw(arrays((), floats(0.2, 2.0)))
+    gradient = ad.ops.losses.softmax_cross_entropy_gradient
+    if draw(st.booleans()):  # class indices: differentiate the logits and dL
+        one_hot = np.eye(logits.shape[-1])[indices]
+        return Case(
+            lambda z, g: gradient(z, indices, g),
+            [logits, loss_grad],
+            lambda z, g: np_cross_entropy_gradient(z, one_hot, g),
+        )
+    return Case(gradient, [logits, probs, loss_grad], np_cross_entropy_gradient)
+
+
 @st.composite
 def one_hots(draw):
     logits, indices, probs = draw(logits_and_labels())
@@ -465,6 +487,7 @@ OP_CASES = {
     "matmul": matmuls(),
     "one_hot": one_hots(),
     "softmax_cross_entropy": cross_entropies(),
+    "softmax_cross_entropy_gradient": cross_entropy_gradients(),
     "fused": fused_ops(),
     # elementwise (issue 19)
     "abs": unary(ad.abs, np.abs, away_from_zero()),

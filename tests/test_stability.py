@@ -87,3 +87,30 @@ def test_logsumexp_over_an_empty_axis_is_minus_infinity(shape, axis, keepdims, e
     np.testing.assert_array_equal(
         ad.jvp_graph(y, [x], [np.ones(shape)]).value, np.zeros_like(expected)
     )
+
+
+@pytest.mark.parametrize("labels", ["indices", "probabilities"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cross_entropy_rows_far_below_the_batch_max_get_their_own_shift(labels, dtype):
+    # The coarse op shifts every row by the batch's max (one fast reduction); a row that
+    # ends up below the dtype's range (exp(-800 - 10) is 0 even in float64) or close to
+    # it must be redone with its own max. Expected: float64, each row by its own max.
+    logits = np.array(
+        [[[0.0, 1.0, 10.0], [-800.0, -801.0, -799.0]], [[-60.0, -59.0, -61.0], [3.0, 2.0, 1.0]]],
+        dtype=dtype,
+    )
+    indices = np.array([[2, 0], [1, 1]])
+    probs = np.eye(3)[indices] * 0.8 + 0.05  # rows sum to 0.95
+    z64 = logits.astype(np.float64)
+    log_softmax = z64 - z64.max(-1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
+    targets, p = (indices, np.eye(3)[indices]) if labels == "indices" else (probs, probs)
+    expected_loss = -(p * log_softmax).sum() / 4
+    expected_grad = (np.exp(log_softmax) * p.sum(-1, keepdims=True) - p) / 4
+    z = ad.tensor(logits)
+    loss = ad.softmax_cross_entropy(z, targets.astype(dtype) if labels != "indices" else targets)
+    (grad,) = ad.gradients(loss, [z])
+    assert loss.dtype == grad.dtype == dtype
+    eps = float(np.finfo(dtype).eps)  # logits near -800 carry 800 * eps of rounding
+    assert float(loss.value) == pytest.approx(expected_loss, abs=2000 * eps)
+    np.testing.assert_allclose(grad.value, expected_grad, rtol=10 * eps, atol=eps)
