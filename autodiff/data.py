@@ -93,12 +93,14 @@ def batches(
     y: Any,
     batch_size: int | None = None,
     shuffle: bool = True,
-    seed: int | None = 0,
+    seed: Any = 0,
     device: str | None = None,
 ) -> Iterator[tuple[Any, Any]]:
     """One epoch of ``(x_batch, y_batch)`` on ``device``; every sample exactly once.
 
     The last batch may be smaller. ``batch_size=None`` gives the whole set as one batch.
+    ``seed``: an int, or a random generator to draw the shuffle from (``nn.train`` makes
+    one per run: making a generator costs more than a small model's step).
 
     >>> [len(xb) for xb, yb in batches(*xor(), batch_size=3)]
     [3, 1]
@@ -110,7 +112,11 @@ def batches(
     if batch_size < 1:
         raise ValueError(f"batches: batch_size must be at least 1, got {batch_size}.")
     xp = backend.namespace()
-    order = xp.random.default_rng(seed).permutation(n) if shuffle else xp.arange(n)
+    if shuffle:
+        rng = seed if hasattr(seed, "permutation") else xp.random.default_rng(seed)
+        order = rng.permutation(n)
+    else:
+        order = xp.arange(n)
     device = device or "cpu"
     # Batches are cut where they will be used: on the GPU, the data set goes there once
     # per epoch, not once per batch (each copy from the host would wait for the GPU).

@@ -38,6 +38,7 @@ from .graph import (
 )
 from .ops import ones_like, sum_to_like, zeros_like
 from .scheduling import fill_values
+from .static_shapes import Signatures
 
 
 @contextmanager
@@ -140,6 +141,9 @@ def reverse_pass(
     ``steps``, if given, gets an ``AdjointStep`` per node, in the order of the pass."""
     topo_order = find_topo_sort([output]) if order is None else order
     on_path = _depends_on(topo_order, wrt)
+    # Symbolic graphs: shapes as proven by shape rules (no sum_to_like where they agree).
+    signatures = Signatures()
+    shape_of = None if output.value is not None else (lambda n: signatures.of(n).shape)
     contributions: dict[Node, list[Node]] = {output: [output_grad]}
     adjoint: dict[Node, Node] = {}
     for node in reversed(topo_order):
@@ -159,7 +163,7 @@ def reverse_pass(
             if grad is None or x not in on_path or index in node.op.shape_inputs:
                 continue
             if node.op.broadcasts:
-                if node.op.unbroadcast_needed(node, index):
+                if node.op.unbroadcast_needed(node, index, shape_of):
                     grad = sum_to_like(grad, rule_node.inputs[index])
                 else:  # shapes known (from values) to agree: no sum, while they stay so
                     _assumed_shapes[grad] = (node, index)

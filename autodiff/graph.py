@@ -340,20 +340,23 @@ class Op:
         """Make a node of this op (called ``name`` in drawings, if given); compute it now
         if every input has a value."""
         op = cls._instance
-        nodes = tuple([x if isinstance(x, Node) else as_node(x) for x in inputs])
-        node = Node(op, nodes, attrs, name)
+        for x in inputs:
+            if not isinstance(x, Node):  # a number or an array: a constant node
+                inputs = tuple([x if isinstance(x, Node) else as_node(x) for x in inputs])
+                break
+        node = Node(op, inputs, attrs, name)
         built = _building.get()
         if built is not None:
             built.append(node)
             return node
-        input_vals = [x.value for x in nodes]
+        input_vals = [x.value for x in inputs]
         for value in input_vals:
             if value is None:
                 return node  # symbolic: computed later by an Executor
         try:
             node.value = op.run(input_vals, attrs)
         except DTypeError:
-            op.check_dtypes(input_vals, nodes)  # the same error, with advice for its node
+            op.check_dtypes(input_vals, inputs)  # the same error, with advice for its node
             raise
         return node
 
@@ -362,14 +365,15 @@ class Op:
 
         ``out``, for ops that take it, is the array to write the result into.
         """
-        for value in input_vals:
-            if getattr(value, "dtype", _FLOAT64).kind not in "fc" and self.differentiable:
-                self.check_dtypes(input_vals)
-                break
+        if self.differentiable:  # floating-point inputs only (Python numbers are)
+            for value in input_vals:
+                if type(value) is not float and getattr(value, "dtype", _FLOAT64).kind not in "fc":
+                    self.check_dtypes(input_vals)
+                    break
         try:
             if out is not None:
                 return self.compute_into(out, *input_vals, **attrs)
-            return self.compute(*input_vals, **attrs)
+            return self.compute(*input_vals, **attrs) if attrs else self.compute(*input_vals)
         except AutodiffError:
             raise  # already written for a student
         except Exception as exc:
@@ -436,14 +440,17 @@ class Op:
             f"needs. Define infer(self, *input_specs, **attrs) returning a Spec."
         )
 
-    def unbroadcast_needed(self, node: Node, index: int) -> bool:
+    def unbroadcast_needed(self, node: Node, index: int, shape_of=None) -> bool:
         """Whether the gradient for input ``index`` may be bigger than that input.
 
         For elementwise ops the gradient has the output's shape; when shapes are not
-        known yet (symbolic graphs) the engine has to assume it may differ.
+        known (symbolic graphs) the engine has to assume it may differ. ``shape_of(n)``:
+        what is known of a node's shape (default ``n.shape``; static_shapes gives
+        symbols, equal only when equal in every run).
         """
-        shape, input_shape = node.shape, node.inputs[index].shape
-        return shape is None or input_shape is None or shape != input_shape
+        shape_of = shape_of or (lambda n: n.shape)
+        shape, input_shape = shape_of(node), shape_of(node.inputs[index])
+        return not (isinstance(shape, tuple) and shape == input_shape)
 
     def __repr__(self) -> str:
         return f"<op {self.name}>"

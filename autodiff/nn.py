@@ -448,15 +448,20 @@ def train(
     history = History()
     steps_per_epoch = -(-len(x) // (batch_size or len(x)))
     bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, desc="training")
-    for epoch in range(epochs):
+    device, shuffles = model.device, backend.namespace().random.default_rng(seed)
+    for _ in range(epochs):
         losses = []  # device scalars: read back once per epoch, not once per step
-        for xb, yb in data.batches(x, y, batch_size, shuffle, seed + epoch, model.device):
+        for xb, yb in data.batches(x, y, batch_size, shuffle, shuffles, device):
             loss, *grads = step(xb, yb)
             optimizer.step(grads)
             losses.append(loss)
-            bar.update()
-        history.loss.extend(backend.to_numpy(backend.namespace(*losses).stack(losses)).tolist())
+            if progress:
+                bar.update()
+        if device == "gpu":  # one copy to the host for the epoch
+            losses = backend.to_numpy(backend.namespace(*losses).stack(losses)).tolist()
+        history.loss.extend(float(loss) for loss in losses)
         history.epoch_loss.append(sum(history.loss[-len(losses) :]) / len(losses))
-        bar.set_postfix(loss=f"{history.epoch_loss[-1]:.4f}")
+        if progress:
+            bar.set_postfix(loss=f"{history.epoch_loss[-1]:.4f}")
     bar.close()
     return history

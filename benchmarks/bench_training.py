@@ -31,7 +31,8 @@ COMPILED, REBUILT = "autodiff compiled", "autodiff rebuilt"
 
 def epochs_of_batches(x, y, batch_size, epochs):
     """The batches nn.train makes (same seeds), for peers that do their own loop."""
-    return [list(data.batches(x, y, batch_size, True, epoch)) for epoch in range(epochs)]
+    shuffles = np.random.default_rng(0)  # nn.train's: one generator for the run
+    return [list(data.batches(x, y, batch_size, True, shuffles)) for _ in range(epochs)]
 
 
 def run_autodiff(compiled):

@@ -64,11 +64,13 @@ class MatMul(Op):
         flags = node.attrs
         return matmul(a_dot, b, **flags) + matmul(a, b_dot, **flags)
 
-    def unbroadcast_needed(self, node, index):
+    def unbroadcast_needed(self, node, index, shape_of=None):
         # The matrix axes of each gradient are right by construction; only batch axes
         # that broadcasting stretched or added need summing.
-        shape, input_shape = node.shape, node.inputs[index].shape
-        return shape is None or input_shape is None or shape[:-2] != input_shape[:-2]
+        shape_of = shape_of or (lambda n: n.shape)
+        shape, input_shape = shape_of(node), shape_of(node.inputs[index])
+        known = isinstance(shape, tuple) and isinstance(input_shape, tuple)
+        return not (known and shape[:-2] == input_shape[:-2])
 
     def _check_shapes(self, a, b, trans_A, trans_B):
         sa, sb = shape_of(a), shape_of(b)

@@ -70,9 +70,8 @@ def index_error(classes: int, got: str) -> DomainError:
 
 
 def in_range(labels, failed, logits):
-    """Class indices to pick with. On the GPU (``failed``: a device flag, see
-    ``check_labels``) they are wrapped into range: the result is made NaN if one was out,
-    and the error raised at the next read."""
+    """Class indices to pick with; on the GPU (``failed``, see ``check_labels``) wrapped
+    into range: the result is NaN if one was out, and an error is raised at the next read."""
     return labels if failed is None else labels % logits.shape[-1]
 
 
