@@ -143,7 +143,7 @@ def reverse_pass(
     on_path = _depends_on(topo_order, wrt)
     # Symbolic graphs: shapes as proven by shape rules (no sum_to_like where they agree).
     signatures = Signatures()
-    shape_of = None if output.value is not None else (lambda n: signatures.of(n).shape)
+    known_shape = None if output.value is not None else (lambda n: signatures.of(n).shape)
     contributions: dict[Node, list[Node]] = {output: [output_grad]}
     adjoint: dict[Node, Node] = {}
     for node in reversed(topo_order):
@@ -163,7 +163,7 @@ def reverse_pass(
             if grad is None or x not in on_path or index in node.op.shape_inputs:
                 continue
             if node.op.broadcasts:
-                if node.op.unbroadcast_needed(node, index, shape_of):
+                if node.op.unbroadcast_needed(node, index, known_shape):
                     grad = sum_to_like(grad, rule_node.inputs[index])
                 else:  # shapes known (from values) to agree: no sum, while they stay so
                     _assumed_shapes[grad] = (node, index)

@@ -440,16 +440,16 @@ class Op:
             f"needs. Define infer(self, *input_specs, **attrs) returning a Spec."
         )
 
-    def unbroadcast_needed(self, node: Node, index: int, shape_of=None) -> bool:
+    def unbroadcast_needed(self, node: Node, index: int, known_shape=None) -> bool:
         """Whether the gradient for input ``index`` may be bigger than that input.
 
         For elementwise ops the gradient has the output's shape; when shapes are not
-        known (symbolic graphs) the engine has to assume it may differ. ``shape_of(n)``:
+        known (symbolic graphs) the engine has to assume it may differ. ``known_shape(n)``:
         what is known of a node's shape (default ``n.shape``; static_shapes gives
         symbols, equal only when equal in every run).
         """
-        shape_of = shape_of or (lambda n: n.shape)
-        shape, input_shape = shape_of(node), shape_of(node.inputs[index])
+        known_shape = known_shape or (lambda n: n.shape)
+        shape, input_shape = known_shape(node), known_shape(node.inputs[index])
         return not (isinstance(shape, tuple) and shape == input_shape)
 
     def __repr__(self) -> str:

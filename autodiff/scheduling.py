@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from . import backend
 from .graph import Constant, DTypeError, Node, Placeholder, ShapeError, find_topo_sort
 
@@ -126,12 +128,11 @@ def resolve_feeds(leaves: Sequence[Node], feed_dict: dict) -> dict[Node, Any]:
     """``feed_dict``'s keys (nodes, or the names of ``leaves``) resolved to nodes, and
     its values to arrays checked against each placeholder's declared dtype and shape."""
     by_name: dict[str, list[Node]] = {}
-    for node in leaves:
+    for node in leaves if any(isinstance(key, str) for key in feed_dict) else ():
         if not isinstance(node.op, Constant):
             by_name.setdefault(node.name, []).append(node)
-    return {
-        _resolve(key, by_name): _check_feed(key, data, by_name) for key, data in feed_dict.items()
-    }
+    fed = [(_resolve(key, by_name), data) for key, data in feed_dict.items()]
+    return {node: _check_feed(node, data) for node, data in fed}
 
 
 def _resolve(key, by_name: dict[str, list[Node]]) -> Node:
@@ -153,12 +154,13 @@ def _resolve(key, by_name: dict[str, list[Node]]) -> Node:
     raise TypeError(f"feed_dict keys must be Nodes or names, got {type(key).__name__}.")
 
 
-def _check_feed(key, data, by_name) -> Any:
+def _check_feed(node: Node, data) -> Any:
     """The array fed for a node, in its declared dtype, checked against its shape."""
-    node = _resolve(key, by_name)
     if not isinstance(node.op, Placeholder):
         return data if backend.is_weak_scalar(data) else backend.asarray(data)
-    value = backend.asarray(data, dtype=node.attrs.get("dtype"))
+    dtype = node.attrs.get("dtype")
+    ready = type(data) is np.ndarray and (dtype is None or data.dtype == dtype)
+    value = data if ready else backend.asarray(data, dtype=dtype)
     declared = node.attrs.get("shape")
     if declared is not None:
         fits = len(declared) == value.ndim and all(

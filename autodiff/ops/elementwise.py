@@ -427,7 +427,10 @@ class OnesLike(Elementwise):
     shape_inputs = (0,)
 
     def compute(self, x):
-        return 1.0 if is_weak_scalar(x) else namespace(x).ones_like(x)
+        if is_weak_scalar(x):
+            return 1.0
+        xp = namespace(x)  # (of one number, as for a loss: array() is the quick way)
+        return xp.array(1, dtype=x.dtype) if x.ndim == 0 else xp.ones_like(x)
 
     def gradient(self, node, output_grad):
         return [None]

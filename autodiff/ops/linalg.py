@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..backend import namespace
 from ..graph import Node, Op, ShapeError, Spec, as_node, named
 from ..static_shapes import UNKNOWN, broadcast_shapes, has_rank, is_symbol, result_dtype
-from .shape import expand_dims, shape_of, squeeze
+from .shape import expand_dims, squeeze
 
 
 def _matrix_transpose(x):
@@ -64,16 +64,16 @@ class MatMul(Op):
         flags = node.attrs
         return matmul(a_dot, b, **flags) + matmul(a, b_dot, **flags)
 
-    def unbroadcast_needed(self, node, index, shape_of=None):
+    def unbroadcast_needed(self, node, index, known_shape=None):
         # The matrix axes of each gradient are right by construction; only batch axes
         # that broadcasting stretched or added need summing.
-        shape_of = shape_of or (lambda n: n.shape)
-        shape, input_shape = shape_of(node), shape_of(node.inputs[index])
+        known_shape = known_shape or (lambda n: n.shape)
+        shape, input_shape = known_shape(node), known_shape(node.inputs[index])
         known = isinstance(shape, tuple) and isinstance(input_shape, tuple)
         return not (known and shape[:-2] == input_shape[:-2])
 
-    def _check_shapes(self, a, b, trans_A, trans_B):
-        sa, sb = shape_of(a), shape_of(b)
+    def _check_shapes(self, a, b, trans_A, trans_B):  # (arrays, or Specs in infer)
+        sa, sb = getattr(a, "shape", ()), getattr(b, "shape", ())
         if len(sa) < 2 or len(sb) < 2:
             vector = sa if len(sa) < 2 else sb
             raise ShapeError(
