@@ -94,32 +94,30 @@ _NUMBERS = (int, float, bool)
 
 def structure_key(inputs: Sequence[Node], wrt: Sequence[Node]) -> tuple | None:
     """The key of a valued forward graph (``inputs``, a topological order), or None when
-    it cannot be hashed or holds a symbolic node."""
+    it holds a symbolic node. (A setting that cannot be hashed, such as an index array,
+    makes the key unhashable: such graphs are not cached.)"""
     position: dict[Node, int] = {}
     parts: list[tuple] = []
     for i, node in enumerate(inputs):
         value = node.value
-        if value is None:
-            return None
         position[node] = i
         # Of a value, what the program depends on: an array's shape, dtype and device
         # (its numbers are read at each run); a Python number itself (rules may write
         # it into the program).
         kind = type(value)
-        if kind in _NUMBERS:
-            value_key: tuple = (kind, value)
+        if kind is np.ndarray:
+            value_key: tuple = (value.shape, value.dtype)
+        elif kind in _NUMBERS:
+            value_key = (kind, value)
+        elif value is None:
+            return None
         else:
             value_key = (kind, getattr(value, "shape", None), getattr(value, "dtype", None))
         attrs = tuple(node.attrs.items()) if node.attrs else ()
-        wiring = tuple([position[x] for x in node.inputs])
+        wiring = tuple(map(position.__getitem__, node.inputs))
         parts.append((node.op, node.name, attrs, wiring, value_key))
     parts.append(tuple([position[x] for x in wrt]))
-    key = tuple(parts)
-    try:
-        hash(key)
-    except TypeError:  # an unhashable setting (an index array, a slice before 3.12)
-        return None
-    return key
+    return tuple(parts)
 
 
 class GradientProgram:
@@ -184,15 +182,16 @@ class CachedGradient(Node):
     """A gradient node from a cached program: its value now, its graph (``op``,
     ``inputs``, ``attrs``) built the first time it is looked at."""
 
-    __slots__ = ("_build",)
+    __slots__ = ("_source", "_index")
 
-    def __init__(self, value: Any, name: str, build: Callable[[Node], Node] | None):
-        self.value, self.name, self.grad, self._build = value, name, None, build
+    def __init__(self, value: Any, name: str, source: _GraphOnce | None, index: int = 0):
+        self.value, self.name, self.grad = value, name, None
+        self._source, self._index = source, index
         self.serial = new_serial()
 
     def _graph(self, slot: Any) -> Any:
-        if self._build is not None:
-            real, self._build = self._build(self), None
+        if self._source is not None:
+            real, self._source = self._source.stand_in(self._index, self), None
             for own in (_OP, _INPUTS, _ATTRS):
                 own.__set__(self, own.__get__(real, Node))
             self.serial = new_serial()  # after the nodes it now reads: creation order
@@ -203,8 +202,17 @@ class CachedGradient(Node):
     attrs = property(lambda self: self._graph(_ATTRS))  # type: ignore[assignment]
 
 
-def _item(graph: Callable[[], list[Node]], i: int, stand_in: Callable, cached: Node) -> Node:
-    return stand_in(graph()[i], cached)
+class _GraphOnce:
+    """The gradient graph of cached gradients, built (``build(inputs)``) when one of them
+    is first looked at; ``stand_in`` then lets that one stand for its built node."""
+
+    def __init__(self, build: Callable, inputs: list[Node], stand_in: Callable):
+        self.build, self.inputs, self._stand_in, self.grads = build, inputs, stand_in, None
+
+    def stand_in(self, index: int, cached: Node) -> Node:
+        if self.grads is None:
+            self.grads = self.build(self.inputs)
+        return self._stand_in(self.grads[index], cached)
 
 
 def cached_gradients(
@@ -217,14 +225,15 @@ def cached_gradients(
     module's docstring. ``inputs`` is the forward graph in topological order.
     ``stand_in(real, cached)``, once a cached gradient's graph is built: ``cached`` now
     stands for ``real`` (gradients.py moves what it knows of ``real`` over)."""
-    inputs = find_topo_sort([output])
-    seen = set(inputs)
-    inputs += [x for x in wrt if x not in seen]  # a wrt the output does not depend on
+    inputs = find_topo_sort([output, *wrt])  # (a wrt the output does not depend on: last)
     key = structure_key(inputs, wrt) if _enabled[-1] else None
+    try:
+        program = None if key is None else _programs.get(key)
+    except TypeError:  # an unhashable setting
+        key = None
     if key is None:
         _stats["uncacheable"] += 1
         return build(inputs)
-    program = _programs.get(key)
     if program is not None:
         try:
             values = program.run([node.value for node in inputs])
@@ -233,9 +242,9 @@ def cached_gradients(
         if values is not None:
             _stats["hits"] += 1
             _programs.move_to_end(key)
-            graph = functools.cache(lambda: build(inputs))  # all of them, once, if asked
+            graph = _GraphOnce(build, inputs, stand_in)  # all of them, once, if asked
             return [
-                CachedGradient(v, name, functools.partial(_item, graph, i, stand_in))
+                CachedGradient(v, name, graph, i)
                 for i, (v, name) in enumerate(zip(values, program.names, strict=True))
             ]
     _stats["misses"] += 1

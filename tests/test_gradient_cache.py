@@ -99,9 +99,9 @@ def test_a_cached_gradient_is_a_graph_when_looked_at():
     for _ in range(2):  # the structure with x of shape (1, 3): built, then compiled
         ad.gradients(loss1, [x1, w])
     dx, dw = ad.gradients(loss, [x, w])
-    assert isinstance(dx, CachedGradient) and dx._build is not None
+    assert isinstance(dx, CachedGradient) and dx._source is not None
     value = dx.value
-    assert dx.inputs and dx.op.name and dx._build is None  # now a graph
+    assert dx.inputs and dx.op.name and dx._source is None  # now a graph
     np.testing.assert_array_equal(dx.value, value)  # its value as computed
     (ddx,) = ad.gradients(ad.sum(dx * dx), [x])  # second derivatives through it
     with gradient_cache.disabled():
