@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,7 @@ def structure_key(inputs: Sequence[Node], wrt: Sequence[Node]) -> tuple | None:
     position: dict[Node, int] = {}
     parts: list[tuple] = []
     for i, node in enumerate(inputs):
-        value = node.value
+        value: Any = node.value
         position[node] = i
         # Of a value, what the program depends on: an array's shape, dtype and device
         # (its numbers are read at each run); a Python number itself (rules may write
@@ -121,27 +122,41 @@ def structure_key(inputs: Sequence[Node], wrt: Sequence[Node]) -> tuple | None:
 
 
 class GradientProgram:
-    """The gradient graph as one Python function of the forward values (by position)."""
+    """The gradient graph as one Python function of the forward values (by position).
 
-    def __init__(self, inputs: Sequence[Node], grads: Sequence[Node]):
+    ``run(forward)`` keeps the forward values; ``run_releasing(forward, nodes)`` also
+    lets go of each intermediate forward value (``nodes[i].value = None``) after the
+    line that reads it last, as PyTorch frees what its backward pass saved: for
+    ``gradients(..., retain_graph=False)``, which ``nn.train`` uses.
+    """
+
+    def __init__(self, inputs: Sequence[Node], grads: Sequence[Node], releasable: Sequence[Node]):
         position = {node: i for i, node in enumerate(inputs)}
         steps = find_topo_sort(list(grads), descend=lambda n: n not in position)
-        steps = [n for n in steps if n not in position]
+        # In creation order, as the reverse pass made them: each forward value is read
+        # for the last time as early as it can be (retain_graph=False lets it go then).
+        steps = sorted((n for n in steps if n not in position), key=lambda n: n.serial)
         last_use: dict[Node, int] = {}
         for i, node in enumerate(steps):
             for x in node.inputs:
                 last_use[x] = i
-        names: dict[str, Any] = {}
+        self._names: dict[str, Any] = {}
         results = set(grads)
+        # Forward values retain_graph=False lets go of, by the step that reads them last
+        # (-1: none does, so they go first); not a result (a rule may return one).
+        self._release: dict[int, list[int]] = {}
+        for node in releasable:
+            if node not in results:
+                self._release.setdefault(last_use.get(node, -1), []).append(position[node])
         ref: dict[Node, str] = {node: f"forward[{i}]" for node, i in position.items()}
-        lines = ["def run(forward):"]
+        self._lines: list[tuple[int, str]] = []  # (step, line)
         for i, node in enumerate(steps):
             if node.op.is_leaf:  # a constant the rules made (a number): part of the program
-                names[f"c{i}"], ref[node] = node.value, f"c{i}"
+                self._names[f"c{i}"], ref[node] = node.value, f"c{i}"
                 continue
-            names[f"f{i}"] = kernel_of(node)
+            self._names[f"f{i}"] = kernel_of(node)
             args = ", ".join(ref[x] for x in node.inputs)
-            lines.append(f"    v{i} = f{i}({args})  # {node.op.name}")
+            self._lines.append((i, f"v{i} = f{i}({args})  # {node.op.name}"))
             ref[node] = f"v{i}"
             done = [  # values no later line reads, and not results: freed now
                 ref[x]
@@ -149,13 +164,39 @@ class GradientProgram:
                 if last_use[x] == i and x not in results and ref[x][0] == "v"
             ]
             if done:
-                lines.append(f"    del {', '.join(done)}")
-        lines.append(f"    return [{', '.join(ref[g] for g in grads)}]")
-        self.source = "\n".join(lines) + "\n"
+                self._lines.append((i, f"del {', '.join(done)}"))
+        self._lines.append((len(steps), f"return [{', '.join(ref[g] for g in grads)}]"))
         self.names = [g.name for g in grads]
-        scope = dict(names)
-        exec(compile(self.source, "<autodiff gradient program>", "exec"), scope)
-        self.run: Callable[[list], list] = scope["run"]
+        self.source = self._text(releasing=False)
+        self.run: Callable[[list], list] = self._compile(self.source)
+        self._releasing: Callable | None = None
+
+    def _text(self, releasing: bool) -> str:
+        lines, step = [f"def run(forward{', nodes' if releasing else ''}):"], -1
+        for at, line in self._lines:
+            while releasing and step < at:  # the lines of a step are done: let go
+                for j in self._release.get(step, ()):
+                    lines.append(f"    forward[{j}] = nodes[{j}].value = None")
+                step += 1
+            lines.append(f"    {line}")
+        return "\n".join(lines) + "\n"
+
+    def _compile(self, source: str) -> Callable:
+        scope = dict(self._names)
+        exec(compile(source, "<autodiff gradient program>", "exec"), scope)
+        return scope["run"]
+
+    def run_releasing(self, forward: list, nodes: Sequence[Node]) -> list:
+        if self._releasing is None:
+            self._releasing = self._compile(self._text(releasing=True))
+        return self._releasing(forward, nodes)
+
+
+def intermediates(nodes: Sequence[Node], output: Node, wrt: Sequence[Node]) -> list[Node]:
+    """The forward values ``retain_graph=False`` lets go of: those computed by an op,
+    but the output (the loss, read after) and the nodes of ``wrt``."""
+    keep = {output, *wrt}
+    return [node for node in nodes if not node.op.is_leaf and node not in keep]
 
 
 def kernel_of(node: Node) -> Callable:
@@ -207,36 +248,43 @@ class _GraphOnce:
     is first looked at; ``stand_in`` then lets that one stand for its built node."""
 
     def __init__(self, build: Callable, inputs: list[Node], stand_in: Callable):
-        self.build, self.inputs, self._stand_in, self.grads = build, inputs, stand_in, None
+        self.build, self.inputs, self._stand_in = build, inputs, stand_in
+        self.grads: list[Node] | None = None
 
     def stand_in(self, index: int, cached: Node) -> Node:
         if self.grads is None:
             self.grads = self.build(self.inputs)
-        return self._stand_in(self.grads[index], cached)
+        return self._stand_in(self.grads[index], cached)  # type: ignore[index]
 
 
 def cached_gradients(
     output: Node,
     wrt: list[Node],
-    build: Callable[[list[Node]], list[Node]],
+    build: Callable[..., list[Node]],
     stand_in: Callable[[Node, Node], Node],
+    retain_graph: bool = True,
 ) -> list[Node]:
     """``build(inputs)`` (the gradient graph, made as always) through the cache: see the
     module's docstring. ``inputs`` is the forward graph in topological order.
     ``stand_in(real, cached)``, once a cached gradient's graph is built: ``cached`` now
-    stands for ``real`` (gradients.py moves what it knows of ``real`` over)."""
+    stands for ``real`` (gradients.py moves what it knows of ``real`` over).
+    ``retain_graph=False``: the intermediate forward values are let go as they are read
+    for the last time (``build(inputs, release)`` lets go of ``release``)."""
     inputs = find_topo_sort([output, *wrt])  # (a wrt the output does not depend on: last)
     key = structure_key(inputs, wrt) if _enabled[-1] else None
     try:
         program = None if key is None else _programs.get(key)
     except TypeError:  # an unhashable setting
         key = None
+    release = () if retain_graph else intermediates(inputs, output, wrt)
     if key is None:
         _stats["uncacheable"] += 1
-        return build(inputs)
+        return build(inputs, release)
     if program is not None:
+        forward = [node.value for node in inputs]
+        run = program.run if retain_graph else partial(program.run_releasing, nodes=inputs)
         try:
-            values = program.run([node.value for node in inputs])
+            values = run(forward)
         except Exception:  # noqa: BLE001 (an op refused: the checked build says how)
             values = None
         if values is not None:
@@ -248,14 +296,14 @@ def cached_gradients(
                 for i, (v, name) in enumerate(zip(values, program.names, strict=True))
             ]
     _stats["misses"] += 1
-    grads = build(inputs)
+    grads = build(inputs, release)
     if key not in _seen_once:  # compiled only if it comes back
         _seen_once[key] = None
         if len(_seen_once) > MAX_PROGRAMS:
             _seen_once.popitem(last=False)
     elif all(g.value is not None for g in grads):
         del _seen_once[key]
-        _programs[key] = GradientProgram(inputs, grads)
+        _programs[key] = GradientProgram(inputs, grads, intermediates(inputs, output, wrt))
         if len(_programs) > MAX_PROGRAMS:
             _programs.popitem(last=False)
     return grads

@@ -24,7 +24,7 @@ from weakref import WeakKeyDictionary
 
 from . import backend
 from .checkpoint import Recomputation, choose_checkpoints
-from .gradient_cache import cached_gradients, enabled
+from .gradient_cache import cached_gradients, enabled, intermediates
 from .graph import (
     OPERATORS,
     Constant,
@@ -181,6 +181,7 @@ def gradients(
     output_grad=None,
     checkpoint: str | int | Sequence[Node] | None = None,
     steps: list[AdjointStep] | None = None,
+    retain_graph: bool = True,
 ) -> list[Node]:
     """The gradient graph: one Node per entry of ``wrt``, holding d(output)/d(wrt[i]).
 
@@ -195,6 +196,10 @@ def gradients(
 
     ``steps``, a list, receives the steps of the reverse pass (``AdjointStep``: each
     node's contributions, their sum, what its rule sent on), for drawings of the pass.
+
+    ``retain_graph=False`` (imperative graphs; as PyTorch's default): the values of the
+    forward graph's intermediate nodes are let go as the pass reads them for the last
+    time, so a training step needs less memory; leaves and the output keep theirs.
 
     >>> import autodiff as ad
     >>> x = ad.tensor(3.0, name="x")
@@ -215,7 +220,7 @@ def gradients(
             )
     imperative = output.value is not None and (output_grad is None or output_grad.value is not None)
 
-    def build(order=None):  # (no annotations: a copy of this source compiles the same)
+    def build(order=None, release=()):  # (no annotations: a copy compiles the same)
         # The whole gradient graph first, then only what the results need is computed:
         # a rule may build gradients for inputs nobody asked about (d input, first layer).
         with deferred() as built:
@@ -225,12 +230,14 @@ def gradients(
                 recompute = Recomputation(choose_checkpoints(output, checkpoint))
             grads = reverse_pass(output, wrt, seed, recompute, order, steps)
         if imperative:  # a placeholder the output does not need keeps a symbolic zeros_like
-            fill_values([g for g, x in zip(grads, wrt, strict=True) if x.value is not None], built)
+            valued = [g for g, x in zip(grads, wrt, strict=True) if x.value is not None]
+            fill_values(valued, built, [n for n in release if n not in set(grads)])
         return grads
 
     if imperative and output_grad is checkpoint is steps is None and enabled():
-        return cached_gradients(output, wrt, build, _stand_in)  # structures seen: cached
-    return build()
+        return cached_gradients(output, wrt, build, _stand_in, retain_graph)  # seen: cached
+    forward = find_topo_sort([output]) if imperative and not retain_graph else []
+    return build(None, intermediates(forward, output, wrt))
 
 
 def _stand_in(real: Node, cached: Node) -> Node:

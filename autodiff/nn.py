@@ -398,7 +398,8 @@ def _step_function(model: Module, loss_fn: Callable, x: Any, y: Any, compiled: b
         def rebuild_and_run(xb, yb):
             with collector_paused():  # thousands of new nodes a step, no cycles
                 loss = loss_fn(model(constant(xb)), constant(yb))
-                return [loss.value, *[g.value for g in gradients(loss, params)]]
+                grads = gradients(loss, params, retain_graph=False)  # nobody sees the graph
+                return [loss.value, *[g.value for g in grads]]
 
         return rebuild_and_run
     x_var = Variable("x", shape=(None, *x.shape[1:]), dtype=x.dtype)

@@ -90,18 +90,23 @@ def fill_leaves(steps: Sequence[Step], values: list) -> list:
     return values
 
 
-def fill_values(nodes: Sequence[Node], built: Sequence[Node] = ()) -> None:
+def fill_values(nodes: Sequence[Node], built: Sequence[Node] = (), release=()) -> None:
     """Compute the missing values of ``nodes`` from the values already in the graph.
 
     Used after building a gradient graph with ``deferred()``: only nodes that the
     results need are computed, and intermediate values are freed as soon as possible.
     ``built`` (the nodes ``deferred()`` recorded, a topological order) saves a sort.
+    The nodes of ``release`` let go of their values, which live on in the schedule
+    until read for the last time (``gradients(..., retain_graph=False)``).
     """
     order = _order_from_built(nodes, built) if built else None
     if order is None:
         order = find_topo_sort(nodes, descend=lambda n: n.value is None)
     steps, slot = schedule(order, set(nodes))
-    values = run_schedule(steps, fill_leaves(steps, [n.value for n in order]))
+    values = fill_leaves(steps, [n.value for n in order])
+    for node in release:
+        node.value = None
+    values = run_schedule(steps, values)
     for node in nodes:
         if node in slot:  # (a node not built here may hold its value already)
             node.value = values[slot[node]]

@@ -35,6 +35,7 @@ N_OPS = 999
 CYCLE = "sin, tanh, x * 1.01"  # repeated 333 times; bounded, so no overflow
 LR = 0.01  # plain SGD, in place, the same for every peer: p -= LR * grad
 IMP, SYM = "autodiff imperative", "autodiff symbolic"
+KEPT = "autodiff imperative, values kept"  # retain_graph=True (the memory row only)
 # autodiff's define-by-run steps pause the cycle collector while gradients are built,
 # as ad.nn's training loop does (graphs are acyclic; see gradients.collector_paused).
 PAUSED = collector_paused
@@ -95,7 +96,7 @@ def chain_imperative(data):
         x = ad.tensor(data)
         y = apply_chain(x, ad.sin, ad.tanh).sum()
         with PAUSED():  # as ad.nn's loop does (gradients() used to, inside)
-            grads = ad.gradients(y, [x])
+            grads = ad.gradients(y, [x], retain_graph=False)  # as nn.train and PyTorch
         return y.value, [g.value for g in grads]
 
     return step
@@ -212,14 +213,16 @@ def ad_loss(h, ps, labels):
     return ad.softmax_cross_entropy(h @ ps[-2] + ps[-1], labels)
 
 
-def mlp_imperative(params, x, labels):
+def mlp_imperative(params, x, labels, retain_graph=False):
+    """A step as nn.train takes it: intermediate values let go by the backward pass, as
+    PyTorch does (``retain_graph=False``); the memory row also shows them kept."""
     ps = [ad.tensor(p) for p in params]  # leaves kept across steps, updated in place
     xc, yc, sgd = ad.constant(x), ad.constant(labels), sgd_for([p.value for p in ps])
 
     def step():
         loss = ad_loss(xc, ps, yc)
         with PAUSED():
-            grads = [g.value for g in ad.gradients(loss, ps)]
+            grads = [g.value for g in ad.gradients(loss, ps, retain_graph=retain_graph)]
         sgd(grads)
         return loss.value, grads
 
@@ -400,7 +403,9 @@ def bench_memory(args, results):
     )
     print("  torch skipped: its allocator does not report to tracemalloc")
     names = ("numpy", IMP, SYM, "autograd")
-    steps = make_steps(1, mlp_setup((784, 1024, 1024, 10), 256), names)
+    setup = mlp_setup((784, 1024, 1024, 10), 256)
+    steps = make_steps(1, setup, names)
+    steps[KEPT] = mlp_imperative(*setup(), retain_graph=True)
     peaks = {}
     for name, step in steps.items():
         step()  # warm-up, outside the measurement
