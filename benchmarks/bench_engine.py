@@ -36,8 +36,8 @@ CYCLE = "sin, tanh, x * 1.01"  # repeated 333 times; bounded, so no overflow
 LR = 0.01  # plain SGD, in place, the same for every peer: p -= LR * grad
 IMP, SYM = "autodiff imperative", "autodiff symbolic"
 KEPT = "autodiff imperative, values kept"  # retain_graph=True (the memory row only)
-# autodiff's define-by-run steps pause the cycle collector while gradients are built,
-# as ad.nn's training loop does (graphs are acyclic; see gradients.collector_paused).
+# autodiff's define-by-run steps pause the cycle collector for the step, as ad.nn's
+# training loop does (graphs are acyclic; see gradients.collector_paused).
 PAUSED = collector_paused
 
 
@@ -93,9 +93,9 @@ def chain_numpy(data):
 
 def chain_imperative(data):
     def step():
-        x = ad.tensor(data)
-        y = apply_chain(x, ad.sin, ad.tanh).sum()
-        with PAUSED():  # as ad.nn's loop does (gradients() used to, inside)
+        with PAUSED():  # the whole step, as nn.train's define-by-run step
+            x = ad.tensor(data)
+            y = apply_chain(x, ad.sin, ad.tanh).sum()
             grads = ad.gradients(y, [x], retain_graph=False)  # as nn.train and PyTorch
         return y.value, [g.value for g in grads]
 
@@ -220,8 +220,8 @@ def mlp_imperative(params, x, labels, retain_graph=False):
     xc, yc, sgd = ad.constant(x), ad.constant(labels), sgd_for([p.value for p in ps])
 
     def step():
-        loss = ad_loss(xc, ps, yc)
-        with PAUSED():
+        with PAUSED():  # the whole step, as nn.train's define-by-run step
+            loss = ad_loss(xc, ps, yc)
             grads = [g.value for g in ad.gradients(loss, ps, retain_graph=retain_graph)]
         sgd(grads)
         return loss.value, grads
