@@ -231,7 +231,7 @@ def gradients(
             grads = reverse_pass(output, wrt, seed, recompute, order, steps)
         if imperative:  # a placeholder the output does not need keeps a symbolic zeros_like
             valued = [g for g, x in zip(grads, wrt, strict=True) if x.value is not None]
-            fill_values(valued, built, [n for n in release if n not in set(grads)])
+            fill_values(valued, built, set(release).difference(grads))
         return grads
 
     if imperative and output_grad is checkpoint is steps is None and enabled():
