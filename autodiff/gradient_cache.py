@@ -27,7 +27,9 @@ are not cached.
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
+import sys
+import weakref
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -124,10 +126,10 @@ def structure_key(inputs: Sequence[Node], wrt: Sequence[Node]) -> tuple | None:
 class GradientProgram:
     """The gradient graph as one Python function of the forward values (by position).
 
-    ``run(forward)`` keeps the forward values; ``run_releasing(forward, nodes)`` also
-    lets go of each intermediate forward value (``nodes[i].value = None``) after the
-    line that reads it last, as PyTorch frees what its backward pass saved: for
-    ``gradients(..., retain_graph=False)``, which ``nn.train`` uses.
+    ``run(forward)`` keeps the forward values; ``run_releasing(forward, nodes, let_go)``
+    also lets go of the forward value at each position of ``let_go``
+    (``nodes[i].value = None``) after the line that reads it last, as PyTorch frees what
+    its backward pass saved: for ``gradients(..., retain_graph=False)`` (``nn.train``).
     """
 
     def __init__(self, inputs: Sequence[Node], grads: Sequence[Node], releasable: Sequence[Node]):
@@ -172,11 +174,11 @@ class GradientProgram:
         self._releasing: Callable | None = None
 
     def _text(self, releasing: bool) -> str:
-        lines, step = [f"def run(forward{', nodes' if releasing else ''}):"], -1
+        lines, step = [f"def run(forward{', nodes, let_go' if releasing else ''}):"], -1
         for at, line in self._lines:
             while releasing and step < at:  # the lines of a step are done: let go
                 for j in self._release.get(step, ()):
-                    lines.append(f"    forward[{j}] = nodes[{j}].value = None")
+                    lines.append(f"    if {j} in let_go: forward[{j}] = nodes[{j}].value = None")
                 step += 1
             lines.append(f"    {line}")
         return "\n".join(lines) + "\n"
@@ -186,17 +188,56 @@ class GradientProgram:
         exec(compile(source, "<autodiff gradient program>", "exec"), scope)
         return scope["run"]
 
-    def run_releasing(self, forward: list, nodes: Sequence[Node]) -> list:
+    def run_releasing(self, forward: list, nodes: Sequence[Node], let_go: set[int]) -> list:
         if self._releasing is None:
             self._releasing = self._compile(self._text(releasing=True))
-        return self._releasing(forward, nodes)
+        return self._releasing(forward, nodes, let_go)
 
 
-def intermediates(nodes: Sequence[Node], output: Node, wrt: Sequence[Node]) -> list[Node]:
-    """The forward values ``retain_graph=False`` lets go of: those computed by an op,
-    but the output (the loss, read after) and the nodes of ``wrt``."""
+def intermediates(nodes: Sequence[Node], output: Node, wrt: Sequence[Node]) -> list[int]:
+    """The positions in ``nodes`` (a forward graph) of the values ``retain_graph=False``
+    lets go of: those computed by an op that only the graph holds. Not the output (the
+    loss, read after), the nodes of ``wrt``, or a node kept elsewhere: in a variable, a
+    module, another graph (its references outnumber its uses in this graph's inputs)."""
     keep = {output, *wrt}
-    return [node for node in nodes if not node.op.is_leaf and node not in keep]
+    uses = Counter(x for node in nodes for x in node.inputs)
+    outside = _outside_references(nodes, uses)
+    return [
+        i
+        for i, node in enumerate(nodes)
+        if outside[i] <= 0 and not node.op.is_leaf and node not in keep
+    ]
+
+
+def _outside_references(nodes: Sequence[Any], uses: dict) -> list[int]:
+    """How many references each node has beyond its uses and this function's own."""
+    return [sys.getrefcount(node) - uses.get(node, 0) - _OWN_REFERENCES for node in nodes]
+
+
+# This function's own references, measured on an object held by nothing else: the list,
+# the dict's key, the loop variable and getrefcount's argument (4 on CPython 3.11).
+_OWN_REFERENCES = 0
+_OWN_REFERENCES = (lambda probe: _outside_references(probe, {probe[0]: 0})[0])([object()])
+
+# Outputs whose graphs let go of their values: differentiating them again is refused.
+_released_outputs: weakref.WeakSet[Node] = weakref.WeakSet()
+
+
+def check_not_released(output: Node) -> None:
+    """Refuse to differentiate a graph again after ``retain_graph=False`` let it go."""
+    if output in _released_outputs:
+        raise ValueError(
+            f"gradients: the graph of '{output.name}' let go of its intermediate values "
+            f"(an earlier gradients(..., retain_graph=False)), so it cannot be "
+            f"differentiated again. Build it again, or pass retain_graph=True the first time."
+        )
+
+
+def released(nodes: Sequence[Node], positions: Sequence[int], output: Node) -> list[Node]:
+    """The nodes at ``positions``, about to let go of their values; ``output`` noted."""
+    if positions:
+        _released_outputs.add(output)
+    return [nodes[i] for i in positions]
 
 
 def kernel_of(node: Node) -> Callable:
@@ -276,13 +317,16 @@ def cached_gradients(
         program = None if key is None else _programs.get(key)
     except TypeError:  # an unhashable setting
         key = None
-    release = () if retain_graph else intermediates(inputs, output, wrt)
+    let_go = [] if retain_graph else intermediates(inputs, output, wrt)
+    release = released(inputs, let_go, output)
     if key is None:
         _stats["uncacheable"] += 1
         return build(inputs, release)
     if program is not None:
         forward = [node.value for node in inputs]
-        run = program.run if retain_graph else partial(program.run_releasing, nodes=inputs)
+        run = program.run
+        if not retain_graph:
+            run = partial(program.run_releasing, nodes=inputs, let_go=set(let_go))
         try:
             values = run(forward)
         except Exception:  # noqa: BLE001 (an op refused: the checked build says how)
@@ -303,7 +347,8 @@ def cached_gradients(
             _seen_once.popitem(last=False)
     elif all(g.value is not None for g in grads):
         del _seen_once[key]
-        _programs[key] = GradientProgram(inputs, grads, intermediates(inputs, output, wrt))
+        every = [node for node in inputs if not node.op.is_leaf and node not in (output, *wrt)]
+        _programs[key] = GradientProgram(inputs, grads, every)  # (let_go: per run)
         if len(_programs) > MAX_PROGRAMS:
             _programs.popitem(last=False)
     return grads

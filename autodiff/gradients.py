@@ -24,7 +24,7 @@ from weakref import WeakKeyDictionary
 
 from . import backend
 from .checkpoint import Recomputation, choose_checkpoints
-from .gradient_cache import cached_gradients, enabled, intermediates
+from .gradient_cache import cached_gradients, check_not_released, enabled, intermediates, released
 from .graph import (
     OPERATORS,
     Constant,
@@ -142,7 +142,7 @@ def reverse_pass(
     topo_order = find_topo_sort([output]) if order is None else order
     on_path = _depends_on(topo_order, wrt)
     # Symbolic graphs: shapes as proven by shape rules (no sum_to_like where they agree).
-    signatures = Signatures()
+    signatures = Signatures(fed_leaves=True)  # (a tensor may be fed another shape)
     known_shape = None if output.value is not None else (lambda n: signatures.of(n).shape)
     contributions: dict[Node, list[Node]] = {output: [output_grad]}
     adjoint: dict[Node, Node] = {}
@@ -165,8 +165,8 @@ def reverse_pass(
             if node.op.broadcasts:
                 if node.op.unbroadcast_needed(node, index, known_shape):
                     grad = sum_to_like(grad, rule_node.inputs[index])
-                else:  # shapes known (from values) to agree: no sum, while they stay so
-                    _assumed_shapes[grad] = (node, index)
+                elif known_shape is None:  # shapes known from values to agree: no sum,
+                    _assumed_shapes[grad] = (node, index)  # while they stay so
             contributions.setdefault(x, []).append(grad)
             sent.append(grad)
     for x in wrt:  # not walked (outside ``order``): its contributions are its adjoint
@@ -197,9 +197,9 @@ def gradients(
     ``steps``, a list, receives the steps of the reverse pass (``AdjointStep``: each
     node's contributions, their sum, what its rule sent on), for drawings of the pass.
 
-    ``retain_graph=False`` (imperative graphs; as PyTorch's default): the values of the
-    forward graph's intermediate nodes are let go as the pass reads them for the last
-    time, so a training step needs less memory; leaves and the output keep theirs.
+    ``retain_graph=False`` (imperative graphs; as PyTorch's default): the values of
+    intermediate nodes only the graph holds are let go as the pass reads them for the
+    last time (less memory per step); the graph cannot be differentiated again.
 
     >>> import autodiff as ad
     >>> x = ad.tensor(3.0, name="x")
@@ -234,10 +234,12 @@ def gradients(
             fill_values(valued, built, set(release).difference(grads))
         return grads
 
+    if imperative:
+        check_not_released(output)
     if imperative and output_grad is checkpoint is steps is None and enabled():
         return cached_gradients(output, wrt, build, _stand_in, retain_graph)  # seen: cached
     forward = find_topo_sort([output]) if imperative and not retain_graph else []
-    return build(None, intermediates(forward, output, wrt))
+    return build(None, released(forward, intermediates(forward, output, wrt), output))
 
 
 def _stand_in(real: Node, cached: Node) -> Node:

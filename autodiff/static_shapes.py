@@ -189,15 +189,26 @@ class Signatures:
     True
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fed_leaves: bool = False) -> None:
         self._known: dict[Node, Signature] = {}
+        # True: any leaf holding an array may be fed another (an Executor's feed_dict
+        # overrides any leaf), so only placeholders' declarations and Python numbers
+        # are known.
+        self.fed_leaves = fed_leaves
 
     def of(self, node: Node) -> Signature:
         if node not in self._known:  # infer the missing ones, iteratively (deep graphs)
             for n in find_topo_sort([node], descend=lambda n: n not in self._known):
                 if n not in self._known:
-                    self._known[n] = infer(n, [self._known[x] for x in n.inputs])
+                    self._known[n] = self._infer(n)
         return self._known[node]
+
+    def _infer(self, node: Node) -> Signature:
+        value = node.value
+        if self.fed_leaves and node.op.is_leaf and not backend.is_weak_scalar(value):
+            if not isinstance(node.op, Placeholder):
+                return Signature(node, node)  # as an undeclared placeholder
+        return infer(node, [self._known[x] for x in node.inputs])
 
 
 def infer(node: Node, inputs: list[Signature]) -> Signature:

@@ -220,9 +220,11 @@ def test_retain_graph_false_lets_go_of_intermediate_values_with_the_same_gradien
         for got, want in zip(grads, expected, strict=True):
             assert got.dtype == np.float32
             np.testing.assert_allclose(got.value, want.value, rtol=1e-6, atol=1e-7)
-        # Intermediate values went; the loss, the leaves and the gradients stay.
-        assert hidden.value is None and logits.value is None, f"step {step_number}"
-        assert kept_hidden.value is not None
+        # Values only the graph held went (the pre-activation); the loss, the leaves,
+        # the gradients and what the caller holds (hidden, logits) stay.
+        assert hidden.inputs[0].value is None, f"step {step_number}"
+        assert hidden.value is not None and logits.value is not None
+        assert kept_hidden.inputs[0].value is not None
         assert loss.value is not None and all(p.value is not None for p in params)
         assert all(isinstance(g.value, np.ndarray) for g in grads)
     if cache == "on":
@@ -242,9 +244,9 @@ def test_retain_graph_false_keeps_a_wrt_node_that_is_not_a_leaf():
 def test_a_cached_gradient_is_still_a_graph_after_its_forward_values_went():
     x = ad.tensor(np.array([0.3, 0.7]))
     for _ in range(3):
-        y = ad.sin(x) * ad.exp(x)
-        (dx,) = ad.gradients(ad.sum(y), [x], retain_graph=False)
-    assert isinstance(dx, CachedGradient) and y.value is None
+        loss = ad.sum(ad.sin(x) * ad.exp(x))
+        (dx,) = ad.gradients(loss, [x], retain_graph=False)
+    assert isinstance(dx, CachedGradient) and loss.inputs[0].value is None
     expected = np.exp([0.3, 0.7]) * (np.cos([0.3, 0.7]) + np.sin([0.3, 0.7]))
     np.testing.assert_allclose(dx.value, expected)
     assert dx.op.name and dx.inputs  # built now, from the leaves: the values are recomputed
@@ -273,3 +275,20 @@ def test_retain_graph_false_lowers_the_peak_memory_of_a_step():
     # Kept: 5 arrays of (256, 512) float32 (0.5 MiB each) live with the two weight
     # gradients; let go: the backward pass holds about two of them at a time.
     assert let_go < kept - 1.0 * 2**20, (kept / 2**20, let_go / 2**20)
+
+
+def test_retain_graph_false_keeps_what_is_held_elsewhere_and_refuses_a_second_pass():
+    # A node built once and used at every step (a module's constant), and a node the
+    # caller keeps in a variable, are not the graph's alone: they keep their values.
+    w = ad.tensor(np.array([1.0, 2.0]))
+    shared = ad.exp(ad.constant(np.zeros(2)))
+    for step_number in range(4):  # built, compiled, then from the cache
+        scores = w * shared
+        loss = ad.sum(ad.tanh(scores) * 3.0)
+        (dw,) = ad.gradients(loss, [w], retain_graph=False)
+        expected = 3.0 * (1 - np.tanh([1.0, 2.0]) ** 2)
+        np.testing.assert_allclose(dw.value, expected, err_msg=f"step {step_number}")
+        assert shared.value is not None and scores.value is not None
+        assert loss.inputs[0].value is None  # tanh(scores) * 3: the graph's own
+    with pytest.raises(ValueError, match="retain_graph=True the first time"):
+        ad.gradients(loss, [w])  # its values went: PyTorch refuses too

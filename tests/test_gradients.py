@@ -327,3 +327,14 @@ def test_gradients_built_from_placeholders_follow_the_fed_shapes():
         new_dx, new_db = executor.run({x: np.ones(3), b: b_value})
         assert new_dx.shape == (3,) and new_db.shape == b_value.shape
         np.testing.assert_array_equal(new_dx, b_value.reshape(-1, 3).sum(axis=0))
+
+
+def test_symbolic_gradients_of_a_tensor_fed_another_shape_are_summed_back_to_it():
+    # Static shapes may drop a sum back to an input's shape only where the declared
+    # shapes prove it: a tensor leaf can be fed any shape, so its gradient keeps it.
+    x = ad.Variable("x", shape=(None, 3))
+    c = ad.tensor(np.zeros((4, 3)))
+    dx, dc = ad.gradients(ad.sum(x * c), [x, c])
+    got = ad.Executor([dx, dc]).run({x: np.ones((4, 3)), c: np.full((1, 3), 2.0)})
+    np.testing.assert_allclose(got[0], np.full((4, 3), 2.0))
+    np.testing.assert_allclose(got[1], np.full((1, 3), 4.0))  # summed over the 4 rows

@@ -198,9 +198,9 @@ class SoftmaxCrossEntropy(Op):
             picked = z[xp.arange(len(z)), in_range(labels, failed, z).reshape(-1)]
             loss = (lse - picked).sum() / len(z)
             return loss if failed is None else xp.where(failed, xp.nan, loss)
-        # sum(P * (lse - z)): no log_softmax array, nor P * z (einsum)
-        p = rows_of(labels)
-        return (row_sums(p) @ lse - xp.einsum("ij,ij->", p, z)) / len(z)
+        # sum(P * (lse - z)) row by row, in the dtype they meet in (no log_softmax array).
+        p = rows_of(labels).astype(xp.result_type(labels, z), copy=False)
+        return (row_sums(p) * lse - xp.einsum("ij,ij->i", p, z)).sum() / len(z)
 
     def compute_empty(self, logits, labels):  # the definition itself, for no logits
         rows, xp = logits.size // logits.shape[-1], namespace(logits)
