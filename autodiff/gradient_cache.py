@@ -150,6 +150,9 @@ class GradientProgram:
         for node in releasable:
             if node not in results:
                 self._release.setdefault(last_use.get(node, -1), []).append(position[node])
+        # Each of those by position, with its uses in the forward graph (for unheld()).
+        uses = Counter(x for node in inputs for x in node.inputs)
+        self._uses = [(i, uses[inputs[i]]) for at in self._release.values() for i in at]
         ref: dict[Node, str] = {node: f"forward[{i}]" for node, i in position.items()}
         self._lines: list[tuple[int, str]] = []  # (step, line)
         for i, node in enumerate(steps):
@@ -188,6 +191,10 @@ class GradientProgram:
         exec(compile(source, "<autodiff gradient program>", "exec"), scope)
         return scope["run"]
 
+    def unheld(self, nodes: Sequence[Node]) -> list[int]:
+        """``intermediates`` for this structure, with its uses counted once for all."""
+        return [i for i, extra in _extra_references(nodes, self._uses) if extra <= _OWN_INDEXED]
+
     def run_releasing(self, forward: list, nodes: Sequence[Node], let_go: set[int]) -> list:
         if self._releasing is None:
             self._releasing = self._compile(self._text(releasing=True))
@@ -218,6 +225,15 @@ def _outside_references(nodes: Sequence[Any], uses: dict) -> list[int]:
 # the dict's key, the loop variable and getrefcount's argument (4 on CPython 3.11).
 _OWN_REFERENCES = 0
 _OWN_REFERENCES = (lambda probe: _outside_references(probe, {probe[0]: 0})[0])([object()])
+
+
+def _extra_references(nodes: Sequence[Any], uses: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(position, references beyond its uses) of the nodes at the positions of ``uses``."""
+    return [(i, sys.getrefcount(nodes[i]) - n) for i, n in uses]
+
+
+# The same function's own references (the list's and getrefcount's argument).
+_OWN_INDEXED = _extra_references([object()], [(0, 0)])[0][1]
 
 # Outputs whose graphs let go of their values: differentiating them again is refused.
 _released_outputs: weakref.WeakSet[Node] = weakref.WeakSet()
@@ -317,7 +333,9 @@ def cached_gradients(
         program = None if key is None else _programs.get(key)
     except TypeError:  # an unhashable setting
         key = None
-    let_go = [] if retain_graph else intermediates(inputs, output, wrt)
+    let_go: list[int] = []
+    if not retain_graph:  # (a compiled structure knows its uses: a quicker count)
+        let_go = program.unheld(inputs) if program else intermediates(inputs, output, wrt)
     release = released(inputs, let_go, output)
     if key is None:
         _stats["uncacheable"] += 1
