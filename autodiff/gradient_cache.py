@@ -193,7 +193,7 @@ class GradientProgram:
 
     def unheld(self, nodes: Sequence[Node]) -> list[int]:
         """``intermediates`` for this structure, with its uses counted once for all."""
-        return [i for i, extra in _extra_references(nodes, self._uses) if extra <= _OWN_INDEXED]
+        return unheld(nodes, self._uses)
 
     def run_releasing(self, forward: list, nodes: Sequence[Node], let_go: set[int]) -> list:
         if self._releasing is None:
@@ -208,32 +208,24 @@ def intermediates(nodes: Sequence[Node], output: Node, wrt: Sequence[Node]) -> l
     module, another graph (its references outnumber its uses in this graph's inputs)."""
     keep = {output, *wrt}
     uses = Counter(x for node in nodes for x in node.inputs)
-    outside = _outside_references(nodes, uses)
-    return [
-        i
-        for i, node in enumerate(nodes)
-        if outside[i] <= 0 and not node.op.is_leaf and node not in keep
-    ]
+    counted = [(i, uses[n]) for i, n in enumerate(nodes) if not n.op.is_leaf and n not in keep]
+    del uses, keep  # (their references to the nodes would count as holders)
+    return unheld(nodes, counted)
 
 
-def _outside_references(nodes: Sequence[Any], uses: dict) -> list[int]:
-    """How many references each node has beyond its uses and this function's own."""
-    return [sys.getrefcount(node) - uses.get(node, 0) - _OWN_REFERENCES for node in nodes]
+def unheld(nodes: Sequence[Node], counted: Sequence[tuple[int, int]]) -> list[int]:
+    """Of the (position, uses in the graph) in ``counted``, the positions of the nodes
+    that nothing but the graph holds: no references beyond their uses."""
+    return [i for i, extra in _references(nodes, counted) if extra <= _OWN_REFERENCES]
 
 
-# This function's own references, measured on an object held by nothing else: the list,
-# the dict's key, the loop variable and getrefcount's argument (4 on CPython 3.11).
-_OWN_REFERENCES = 0
-_OWN_REFERENCES = (lambda probe: _outside_references(probe, {probe[0]: 0})[0])([object()])
+def _references(nodes: Sequence[Any], counted: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    return [(i, sys.getrefcount(nodes[i]) - n) for i, n in counted]
 
 
-def _extra_references(nodes: Sequence[Any], uses: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """(position, references beyond its uses) of the nodes at the positions of ``uses``."""
-    return [(i, sys.getrefcount(nodes[i]) - n) for i, n in uses]
-
-
-# The same function's own references (the list's and getrefcount's argument).
-_OWN_INDEXED = _extra_references([object()], [(0, 0)])[0][1]
+# _references' own references to a node (the list's, getrefcount's argument), measured
+# on an object that nothing else holds.
+_OWN_REFERENCES = _references([object()], [(0, 0)])[0][1]
 
 # Outputs whose graphs let go of their values: differentiating them again is refused.
 _released_outputs: weakref.WeakSet[Node] = weakref.WeakSet()
@@ -257,18 +249,10 @@ def released(nodes: Sequence[Node], positions: Sequence[int], output: Node) -> l
 
 
 def kernel_of(node: Node) -> Callable:
-    """What the program calls for ``node``: its op's ``compute`` with its settings bound;
-    for an elementwise op that computed a NumPy value, NumPy's function itself (what
-    that ``compute`` calls: ``a * b`` is ``np.multiply(a, b)``), one Python call less.
-    Not for ``power``, whose ``a ** 2`` NumPy computes as ``square(a)``."""
-    op, value = node.op, node.value
-    ufunc = getattr(op, "ufunc", None)
-    if ufunc and not node.attrs and op.name != "power" and isinstance(value, _NUMPY):
-        return getattr(np, ufunc)
-    return functools.partial(op.compute, **node.attrs) if node.attrs else op.compute
+    """What the program calls for ``node``: its op's ``compute``, its settings bound."""
+    compute = node.op.compute
+    return functools.partial(compute, **node.attrs) if node.attrs else compute
 
-
-_NUMPY = (np.ndarray, np.generic)
 
 # Node's own storage for these three (slots), which CachedGradient's properties fill.
 _OP: Any = Node.__dict__["op"]
