@@ -26,7 +26,6 @@ are not cached.
 
 from __future__ import annotations
 
-import functools
 import sys
 import weakref
 from collections import Counter, OrderedDict
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .graph import Node, find_topo_sort, new_serial
+from .straight_line import kernel
 
 MAX_PROGRAMS = 64  # structures kept, least recently used first out
 _programs: OrderedDict[tuple, GradientProgram] = OrderedDict()
@@ -159,7 +159,7 @@ class GradientProgram:
             if node.op.is_leaf:  # a constant the rules made (a number): part of the program
                 self._names[f"c{i}"], ref[node] = node.value, f"c{i}"
                 continue
-            self._names[f"f{i}"] = kernel_of(node)
+            self._names[f"f{i}"] = kernel(node)
             args = ", ".join(ref[x] for x in node.inputs)
             self._lines.append((i, f"v{i} = f{i}({args})  # {node.op.name}"))
             ref[node] = f"v{i}"
@@ -246,12 +246,6 @@ def released(nodes: Sequence[Node], positions: Sequence[int], output: Node) -> l
     if positions:
         _released_outputs.add(output)
     return [nodes[i] for i in positions]
-
-
-def kernel_of(node: Node) -> Callable:
-    """What the program calls for ``node``: its op's ``compute``, its settings bound."""
-    compute = node.op.compute
-    return functools.partial(compute, **node.attrs) if node.attrs else compute
 
 
 # Node's own storage for these three (slots), which CachedGradient's properties fill.

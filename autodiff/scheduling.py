@@ -163,18 +163,18 @@ def _check_feed(node: Node, data) -> Any:
     """The array fed for a node, in its declared dtype, checked against its shape."""
     if not isinstance(node.op, Placeholder):
         return data if backend.is_weak_scalar(data) else backend.asarray(data)
-    dtype = node.attrs.get("dtype")
+    dtype, declared = node.attrs.get("dtype"), node.attrs.get("shape")
     ready = type(data) is np.ndarray and (dtype is None or data.dtype == dtype)
+    if ready and (declared is None or data.shape == declared):
+        return data  # (the common case: an array as declared, no None in the shape)
     value = data if ready else backend.asarray(data, dtype=dtype)
-    declared = node.attrs.get("shape")
-    if declared is not None:
-        fits = len(declared) == value.ndim and all(
-            d is None or d == s for d, s in zip(declared, value.shape, strict=True)
+    if declared is not None and not (
+        len(declared) == value.ndim
+        and all(d is None or d == s for d, s in zip(declared, value.shape, strict=True))
+    ):
+        raise ShapeError(
+            f"Placeholder '{node.name}' was declared with shape {declared} but was fed "
+            f"an array of shape {tuple(value.shape)}. Feed a matching array, or declare "
+            f"the placeholder with None for dimensions that vary."
         )
-        if not fits:
-            raise ShapeError(
-                f"Placeholder '{node.name}' was declared with shape {declared} but was fed "
-                f"an array of shape {tuple(value.shape)}. Feed a matching array, or declare "
-                f"the placeholder with None for dimensions that vary."
-            )
     return value

@@ -15,7 +15,6 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from . import backend
 from .scheduling import Step
 
 # What an op raises on inputs it cannot take (NumPy's and ours). The compiled function
@@ -39,14 +38,19 @@ def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[s
         if node.op.is_leaf:
             lines.append(f"    v{i} = values[{i}]")
         else:
-            compute = node.op.compute
-            names[f"f{i}"] = functools.partial(compute, **node.attrs) if node.attrs else compute
+            names[f"f{i}"] = kernel(node)
             args = ", ".join(f"v{j}" for j in input_slots)
             lines.append(f"    v{i} = f{i}({args})  # {node.op.name}")
         if frees:
             lines.append(f"    del {', '.join(f'v{j}' for j in frees)}")
     lines.append(f"    return [{', '.join(f'v{i}' for i in result_slots)}]")
     return "\n".join(lines) + "\n", names
+
+
+def kernel(node) -> Any:
+    """What compiled code calls for ``node``: its op's ``compute``, its settings bound."""
+    compute = node.op.compute
+    return functools.partial(compute, **node.attrs) if node.attrs else compute
 
 
 class StraightLine:
@@ -65,7 +69,8 @@ class StraightLine:
 
     def dtypes(self, values: list) -> tuple:
         """The leaves' dtypes: what a checked run vouches for."""
-        return tuple(backend.dtype_of(values[i]) or type(values[i]) for i in self.leaf_slots)
+        leaves = map(values.__getitem__, self.leaf_slots)  # (a Python number: its type)
+        return tuple([getattr(v, "dtype", None) or type(v) for v in leaves])
 
     def run(self, values: list) -> list | None:
         """The results, or None when a checked run must be made (dtypes not seen yet,

@@ -92,9 +92,10 @@ def test_logsumexp_over_an_empty_axis_is_minus_infinity(shape, axis, keepdims, e
 @pytest.mark.parametrize("labels", ["indices", "probabilities"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_cross_entropy_rows_far_below_the_batch_max_get_their_own_shift(labels, dtype):
-    # The coarse op shifts every row by the batch's max (one fast reduction); a row that
-    # ends up below the dtype's range (exp(-800 - 10) is 0 even in float64) or close to
-    # it must be redone with its own max. Expected: float64, each row by its own max.
+    # The coarse op shifts every row by the batch's max (one fast reduction) only when no
+    # value lies so far below it that its exp loses bits (exp(-800 - 10) is 0 even in
+    # float64); here every row must get its own max. Expected: float64, each row by its
+    # own max.
     logits = np.array(
         [[[0.0, 1.0, 10.0], [-800.0, -801.0, -799.0]], [[-60.0, -59.0, -61.0], [3.0, 2.0, 1.0]]],
         dtype=dtype,

@@ -10,7 +10,6 @@ lecture compares it with the same loss composed of fine ops
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
@@ -94,8 +93,9 @@ def _ones(length: int, dtype) -> np.ndarray:
     return ones
 
 
-# Per float dtype: the square root of its smallest normal number.
-_LOWEST_SUM = {t: np.sqrt(np.finfo(t).tiny) for t in "efdg"}
+# Per float dtype: how far below the max a value may lie for its exp to keep every bit
+# (the exp stays above the square root of the smallest normal number).
+_SPREAD = {t: -0.5 * np.log(np.finfo(t).tiny) for t in "efdg"}
 
 
 def row_exps(z):
@@ -103,25 +103,17 @@ def row_exps(z):
 
     The log-sum-exp trick shifts each row by its max; NumPy takes the max of a short last
     axis slowly (183 us for 4096 rows of 10 here, against 3 us for the max of the whole
-    array). So on the CPU every row is shifted by the batch's max, and a row that this
-    pushed so low that its sum kept too few significant bits (below the square root of
-    the dtype's smallest normal number) is redone with its own max. On the GPU the rows'
-    maxima are one kernel: each row gets its own. ``shift``: a number or one per row.
+    array). So on the CPU, when no value lies so far below the whole array's max that
+    its exp would lose bits, every row is shifted by that one max; else (and on the GPU,
+    where the rows' maxima are one kernel) each row by its own. ``shift``: a number or
+    one per row.
     """
-    xp = namespace(z)
-    if device_of(z) == "cpu" and z.dtype.char in _LOWEST_SUM:
-        shift = z.max()
-        if math.isfinite(shift):
-            exps = z - shift
-            xp.exp(exps, out=exps)
-            sums = row_sums(exps)
-            lowest = _LOWEST_SUM[z.dtype.char]
-            if len(z) == 1 or sums.min() >= lowest:  # (one row: shifted by its own max)
-                return exps, sums, shift
-            shift = xp.full(len(z), shift, dtype=exps.dtype)
-            redo = xp.flatnonzero(sums < lowest)
-            exps[redo], sums[redo], shift[redo] = row_exps_each(z[redo])
-            return exps, sums, shift
+    if device_of(z) == "cpu" and z.dtype.char in _SPREAD:
+        top = z.max()
+        if top - z.min() <= _SPREAD[z.dtype.char]:  # (False for an inf or a nan)
+            exps = z - top
+            np.exp(exps, out=exps)
+            return exps, row_sums(exps), top
     return row_exps_each(z)
 
 
@@ -131,7 +123,7 @@ def row_exps_each(z):
     shift = z.max(axis=1)
     shift = xp.where(xp.isfinite(shift), shift, 0)
     exps = xp.exp(z - shift[:, None])
-    return exps, exps.sum(axis=1), shift
+    return exps, row_sums(exps), shift
 
 
 def one_hot_values(labels, logits):
