@@ -30,7 +30,7 @@ examples:
   python -m autodiff render "exp(x) / (1 + exp(x))" --mode forward -o f.png
 
 The expression uses the library's names: numbers, variables, + - * / ** @, unary minus,
-and the functions exp log sin cos tanh sigmoid relu sqrt power maximum matmul transpose
+and the functions exp log (or ln) sin cos tanh sigmoid relu sqrt power maximum matmul transpose
 sum mean softmax log_softmax logsumexp. It is parsed, never run: anything else
 (attributes, other calls, imports, lambdas, ...) is refused with exit status 2.
 """
@@ -119,6 +119,11 @@ def render(args: argparse.Namespace) -> list[str]:
     unused = [name for name in leaves if name not in variables]
     if unused:
         raise UsageError(f"--at names {', '.join(unused)}, which the expression does not use.")
+    if not variables and args.mode != "forward":
+        raise UsageError(
+            f"{args.expression!r} has no variables, so there is nothing to differentiate: "
+            f"draw its forward graph with --mode forward, or write one, e.g. 2*x."
+        )
     wrt = args.wrt or list(variables)
     for name in wrt:
         if name not in variables:

@@ -11,6 +11,7 @@ imports, comprehensions, ...) is refused with an ``ExpressionError`` that names 
 from __future__ import annotations
 
 import ast
+import difflib
 import inspect
 from collections.abc import Callable
 
@@ -24,6 +25,7 @@ FUNCTIONS: dict[str, Callable[..., Node]] = {
         "softmax log_softmax logsumexp"
     ).split()
 }
+FUNCTIONS["ln"] = ops.log  # as written on the classic slides
 BINARY: dict[type, Callable[..., Node]] = {
     ast.Add: ops.add,
     ast.Sub: ops.subtract,
@@ -162,9 +164,10 @@ class _Builder:
             )
         name = tree.func.id
         if name not in FUNCTIONS:
+            close = difflib.get_close_matches(name, FUNCTIONS, n=1)
             raise ExpressionError(
-                f"refused a call of '{name}': the functions you may call are "
-                f"{', '.join(sorted(FUNCTIONS))}."
+                f"refused a call of '{name}'{f' (did you mean {close[0]}?)' if close else ''}: "
+                f"the functions you may call are {', '.join(sorted(FUNCTIONS))}."
             )
         if tree.keywords:
             raise ExpressionError(

@@ -141,9 +141,15 @@ def reverse_pass(
     ``steps``, if given, gets an ``AdjointStep`` per node, in the order of the pass."""
     topo_order = find_topo_sort([output]) if order is None else order
     on_path = _depends_on(topo_order, wrt)
-    # Symbolic graphs: shapes as proven by shape rules (no sum_to_like where they agree).
-    signatures = Signatures(fed_leaves=True)  # (a tensor may be fed another shape)
-    known_shape = None if output.value is not None else (lambda n: signatures.of(n).shape)
+    # Shapes: of values in imperative graphs, else (and for nodes built but not computed,
+    # as a gradient's, differentiated again) as proven by shape rules: no sum_to_like
+    # where they agree. (In a symbolic graph, a tensor may be fed another shape.)
+    imperative = output.value is not None
+    signatures = Signatures(fed_leaves=not imperative)
+
+    def known_shape(n: Node):
+        return n.shape if imperative and n.value is not None else signatures.of(n).shape
+
     contributions: dict[Node, list[Node]] = {output: [output_grad]}
     adjoint: dict[Node, Node] = {}
     for node in reversed(topo_order):
@@ -165,7 +171,7 @@ def reverse_pass(
             if node.op.broadcasts:
                 if node.op.unbroadcast_needed(node, index, known_shape):
                     grad = sum_to_like(grad, rule_node.inputs[index])
-                elif known_shape is None:  # shapes known from values to agree: no sum,
+                elif imperative:  # shapes known from values to agree: no sum,
                     _assumed_shapes[grad] = (node, index)  # while they stay so
             contributions.setdefault(x, []).append(grad)
             sent.append(grad)

@@ -129,7 +129,8 @@ class Linear(Module):
         device = backend.leaf_device(None, device)
         weight = backend.random_normal((n_in, n_out), dtype, device, seed) * scales[init]
         self.weight = tensor(weight, name=f"{name}.weight")
-        self.bias = tensor(weight[0] * 0, name=f"{name}.bias") if bias else None
+        zeros = backend.namespace(weight).zeros_like(weight[0])  # (weight[0] * 0 gives -0s)
+        self.bias = tensor(zeros, name=f"{name}.bias") if bias else None
 
     def __call__(self, x: Node) -> Node:
         y = matmul(x, self.weight)
@@ -163,7 +164,8 @@ class Conv2d(Module):
         scale = (2 / (channels * kernel * kernel)) ** 0.5
         weight = backend.random_normal(shape, dtype, device, seed) * scale
         self.weight = tensor(weight, name=f"{name}.weight")
-        self.bias = tensor(weight[:, 0, 0, 0] * 0, name=f"{name}.bias") if bias else None
+        zeros = backend.namespace(weight).zeros_like(weight[:, 0, 0, 0])
+        self.bias = tensor(zeros, name=f"{name}.bias") if bias else None
         self.stride, self.padding, self.dilation = stride, padding, dilation
 
     def __call__(self, x: Node) -> Node:

@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from typing import Any
 import graphviz
 
 from . import backend, renderer
+from .executor import Executor
 from .gradients import AdjointStep, gradients
 from .graph import Constant, Node, find_topo_sort, levels
 
@@ -44,6 +46,7 @@ HIGHLIGHT = "#fde047"  # backward_steps: the adjoint being filled in
 CONTRIBUTION = "#fdba74"  # backward_steps: the contributions summed into it
 MAX_NODES = 300
 MIN_RUN = 3  # collapse=True folds chains of at least this many ops
+READS = ("label", "edges", "none")  # how side_by_side shows the forward values read
 # Leaves are lined up in one row up to this many nodes. In a deep graph the row makes
 # long edges up to every layer, and Graphviz's crossing minimisation then takes minutes
 # (a 40-layer MLP: 27 s for its forward graph alone, 0.07 s without the row).
@@ -54,7 +57,7 @@ SYMBOLS = {
     "subtract": "−",
     "multiply": "×",
     "divide": "÷",
-    "negative": "−",
+    "negative": "neg",
     "power": "**",
     "matmul": "matmul",
 }
@@ -127,15 +130,27 @@ class _Scene:
     fill: dict[Node, str] = field(default_factory=dict)  # highlighted nodes
     hidden: set[Node] = field(default_factory=set)  # laid out but not drawn (steps)
     caption: str | None = None
+    names: dict[Node, str] = field(default_factory=dict)  # v1, v2, ... for unnamed ops
+    values: dict[Node, Any] = field(default_factory=dict)  # what the labels show
+    digits: int = 4  # significant digits of the values shown
+    reads: str = "label"  # forward values a gradient node reads: "label", "edges", "none"
 
 
 def draw(
-    *nodes: Node, max_nodes: int = MAX_NODES, collapse: bool = False, title: str | None = None
+    *nodes: Node,
+    max_nodes: int = MAX_NODES,
+    collapse: bool = False,
+    title: str | None = None,
+    values: bool = True,
+    digits: int = 4,
 ) -> Drawing:
     """The forward graph of ``nodes``: leaves at the bottom, outputs (double border) on top.
 
-    ``collapse=True`` folds each chain of ops (a repeated layer, say) into one node;
-    a graph of more than ``max_nodes`` nodes is refused with a message saying so.
+    Each op without a name of its own is called v1, v2, ... in the order it is computed
+    (as in a trace of the evaluation); ``values=True`` shows each value of at most four
+    numbers, to ``digits`` significant digits. ``collapse=True`` folds each chain of ops
+    (a repeated layer, say) into one node; a graph of more than ``max_nodes`` nodes is
+    refused with a message saying so.
 
     >>> import autodiff as ad
     >>> x, y = ad.tensor(3.0, name="x"), ad.tensor(4.0, name="y")
@@ -144,8 +159,14 @@ def draw(
     """
     if not nodes or not all(isinstance(n, Node) for n in nodes):
         raise TypeError("draw: pass one or more Nodes, e.g. draw(y) or draw(loss, grad).")
-    scene = _Scene(find_topo_sort(nodes), outputs=list(nodes), caption=title)
+    scene = _forward_scene(find_topo_sort(nodes), values, digits)
+    scene.outputs, scene.caption = list(nodes), title
     return Drawing(_to_dot(scene, "draw", max_nodes, collapse))
+
+
+def _forward_scene(forward: list[Node], values: bool, digits: int) -> _Scene:
+    shown = _values_of(forward) if values else {}
+    return _Scene(forward, names=_short_names(forward), values=shown, digits=digits)
 
 
 def side_by_side(
@@ -155,21 +176,29 @@ def side_by_side(
     max_nodes: int = MAX_NODES,
     collapse: bool = False,
     title: str | None = None,
+    reads: str = "label",
+    values: bool = True,
+    digits: int = 4,
 ) -> Drawing:
     """The forward graph of ``output`` on the left, the gradient graph on the right.
 
-    The gradient graph is the one ``ad.gradients(output, wrt)`` builds. Its nodes and
-    edges are in a second colour; the adjoint of each forward node says so in its label;
-    dashed links show the forward values it reads. ``output`` may itself be a gradient
-    (second derivatives), and the graph may be symbolic (no values yet).
+    The gradient graph is the one ``ad.gradients(output, wrt)`` builds, less the nodes
+    no result needs. Its nodes and edges are in a second colour; the adjoint of each
+    forward node says so in its label. The forward values a gradient node reads are
+    named in its label (``reads="label"``), or drawn as dashed links across
+    (``reads="edges"``: fine for small graphs), or not shown (``"none"``). ``values``
+    and ``digits`` as in ``draw``, for the gradient's values too. ``output`` may itself
+    be a gradient (second derivatives), and the graph may be symbolic (no values yet).
 
     >>> import autodiff as ad
     >>> x = ad.Variable("x")
     >>> picture = side_by_side(ad.exp(x) * x, [x])
-    >>> picture.source.count("style=dashed") >= 2
+    >>> "reads x" in picture.source and "style=dashed" not in picture.source
     True
+    >>> side_by_side(ad.exp(x) * x, [x], reads="edges").source.count("style=dashed")
+    3
     """
-    scene, _, _ = _gradient_scene(output, wrt)
+    scene, _, _ = _gradient_scene(output, wrt, reads, values, digits)
     scene.caption = title
     return Drawing(_to_dot(scene, "side_by_side", max_nodes, collapse))
 
@@ -190,21 +219,48 @@ def draw_levels(*nodes: Node, max_nodes: int = MAX_NODES, title: str | None = No
     return Drawing(_to_dot(scene, "draw_levels", max_nodes, False, rows=levels(nodes)))
 
 
-def _gradient_scene(output: Node, wrt: Sequence[Node]) -> tuple[_Scene, list[AdjointStep], Node]:
+def _gradient_scene(
+    output: Node, wrt: Sequence[Node], reads: str, values: bool, digits: int
+) -> tuple[_Scene, list[AdjointStep], Node]:
     wrt = list(wrt)
+    if not wrt:
+        raise ValueError(
+            "no nodes to differentiate with respect to (wrt is empty): pass them, e.g. "
+            "side_by_side(y, [x]), or draw the forward graph alone with draw(y)."
+        )
+    if reads not in READS:
+        raise ValueError(f"reads must be one of {READS}, got {reads!r}.")
     steps: list[AdjointStep] = []
     results = gradients(output, wrt, steps=steps)
     forward = find_topo_sort([output, *wrt])
     in_forward = set(forward)
-    adjoints = [step.adjoint for step in steps]
-    gradient = [n for n in find_topo_sort([*results, *adjoints]) if n not in in_forward]
+    # Only what a result needs: an adjoint no result reads is built, never computed.
+    live = set(find_topo_sort(results))
+    steps = [step for step in steps if step.adjoint in live]
+    gradient = [n for n in find_topo_sort(results) if n not in in_forward]
     adjoint_of: dict[Node, list[Node]] = {}
     for step in steps:  # one node can be several adjoints: + passes its adjoint on as is
         if step.adjoint not in in_forward:
             adjoint_of.setdefault(step.adjoint, []).append(step.node)
-    scene = _Scene(forward, gradient, [output], results, adjoint_of)
+    scene = _forward_scene(forward, values, digits)
+    scene.gradient, scene.outputs, scene.results = gradient, [output], results
+    scene.adjoint_of, scene.reads = adjoint_of, reads
+    if values:
+        scene.values.update(_values_of(gradient))
     seed = steps[0].contributions[0] if steps else results[0]
     return scene, steps, seed
+
+
+def _values_of(nodes: list[Node]) -> dict[Node, Any]:
+    """The values of ``nodes``: those they hold, and, where the leaves have values, the
+    others computed for the picture (the engine computes only what the results need,
+    and keeps only the results)."""
+    missing = [node for node in nodes if node.value is None]
+    shown = {node: node.value for node in nodes if node.value is not None}
+    leaves = (n for n in find_topo_sort(missing) if n.op.is_leaf)
+    if missing and all(leaf.value is not None for leaf in leaves):  # (not symbolic)
+        shown.update(zip(missing, Executor(missing).run(), strict=True))
+    return shown
 
 
 # The reverse pass, step by step ---------------------------------------------------------
@@ -266,13 +322,21 @@ class BackwardSteps(Sequence[Drawing]):
         return f"<BackwardSteps: {len(self)} pictures of the reverse pass>"
 
 
-def backward_steps(output: Node, wrt: Sequence[Node], *, max_nodes: int = MAX_NODES):
+def backward_steps(
+    output: Node,
+    wrt: Sequence[Node],
+    *,
+    max_nodes: int = MAX_NODES,
+    reads: str = "label",
+    digits: int = 4,
+):
     """The reverse pass as pictures, one per node in reverse topological order.
 
     Picture k shows the gradient graph as far as the engine has built it: the forward
     node whose adjoint is filled in and that adjoint (yellow), the contributions summed
     into it (orange), and what its gradient rule sent on to its inputs. Every picture
-    has the same layout, so stepping through them animates the algorithm.
+    has the same layout, so stepping through them animates the algorithm. ``reads`` and
+    ``digits`` as in ``side_by_side``.
 
     >>> import autodiff as ad
     >>> x = ad.tensor(3.0, name="x")
@@ -280,16 +344,21 @@ def backward_steps(output: Node, wrt: Sequence[Node], *, max_nodes: int = MAX_NO
     >>> len(steps), steps.captions[-1]
     (2, "step 2 of 2: adjoint of 'x' = sum of 2 contributions")
     """
-    base, trace, seed = _gradient_scene(output, wrt)
+    base, trace, seed = _gradient_scene(output, wrt, reads, True, digits)
     drawings, captions = [], []
     in_gradient = set(base.gradient)
     for k, step in enumerate(trace):
         built = [seed] + [n for s in trace[: k + 1] for n in (s.adjoint, *s.sent)]
         visible = find_topo_sort(built, descend=lambda n: n in in_gradient)
-        scene = _Scene(base.forward, base.gradient, base.outputs, base.results, base.adjoint_of)
+        # A contribution sent now may be a later step's adjoint: so labelled from then on.
+        done = {s.node for s in trace[: k + 1]}
+        adjoint_of = {g: [n for n in of if n in done] for g, of in base.adjoint_of.items()}
+        last = k == len(trace) - 1
+        results = [r for r in base.results if last or any(adjoint_of.get(r, ()))]
+        scene = dataclasses.replace(base, results=results, adjoint_of=adjoint_of)
         scene.hidden = in_gradient - set(visible)
         scene.fill = _step_fill(step)
-        scene.caption = _step_caption(k, len(trace), step)
+        scene.caption = _step_caption(k, len(trace), step, base.names)
         captions.append(scene.caption)
         drawings.append(Drawing(_to_dot(scene, "backward_steps", max_nodes, False)))
     return BackwardSteps(drawings, captions)
@@ -307,7 +376,7 @@ def _step_fill(step: AdjointStep) -> dict[Node, str]:
     return fill
 
 
-def _step_caption(k: int, count: int, step: AdjointStep) -> str:
+def _step_caption(k: int, count: int, step: AdjointStep, names: dict[Node, str]) -> str:
     parts = len(step.contributions)
     if k == 0:
         how = "the seed ones_like(output)"
@@ -315,25 +384,37 @@ def _step_caption(k: int, count: int, step: AdjointStep) -> str:
         how = "its one contribution"
     else:
         how = f"sum of {parts} contributions"
-    return f"step {k + 1} of {count}: adjoint of '{_title(step.node)}' = {how}"
+    return f"step {k + 1} of {count}: adjoint of '{_title(step.node, names)}' = {how}"
 
 
 # Labels ---------------------------------------------------------------------------------
 
 
-def _title(node: Node) -> str:
-    """What a node is called in a caption: its name, or its op's symbol."""
-    if node.name != node.op.name or node.op.is_leaf:
-        return node.name
-    return _symbol(node)
+def _title(node: Node, names: dict[Node, str]) -> str:
+    """What a node is called in labels and captions: its short name (v3), its own name,
+    or, for a number written in the program, that number."""
+    if node in names:
+        return names[node]
+    if isinstance(node.op, Constant) and node.name == "constant":
+        return _short_value(node.value, 4) or "constant"
+    return node.name if node.op.is_leaf or node.name != node.op.name else _symbol(node)
+
+
+def _short_names(nodes: Sequence[Node]) -> dict[Node, str]:
+    """v1, v2, ... for the ops of ``nodes`` (a topological order) that have no name of
+    their own, as in a trace of the evaluation; a name some node has already is skipped."""
+    taken, names = {node.name for node in nodes}, {}
+    count = 0
+    for node in nodes:
+        if not node.op.is_leaf and node.name == node.op.name:
+            count += 1
+            while f"v{count}" in taken:
+                count += 1
+            names[node] = f"v{count}"
+    return names
 
 
 def _symbol(node: Node) -> str:
-    if isinstance(node.op, Constant):
-        text = _short_value(node.value)
-        return text if text is not None else "constant"
-    if node.op.is_leaf:
-        return node.name
     if node.op.name == "power_scalar":
         return f"** {node.attrs['exponent']:g}"
     return SYMBOLS.get(node.op.name, node.op.name)
@@ -351,39 +432,49 @@ def _attrs_text(node: Node) -> str | None:
     return ", ".join(shown) or None
 
 
-def _short_value(value: Any) -> str | None:
+def _short_value(value: Any, digits: int) -> str | None:
     """A value in a few characters: '3', '[1, 2.5]'; None for more than four numbers."""
     if value is None:
         return None
     if isinstance(value, (int, float)):
-        return f"{value:.4g}"
+        return _number(value, digits)
     array = backend.to_numpy(value)
     if array.size > 4:
         return None
-    return _format_numbers(array.tolist())
+    return _format_numbers(array.tolist(), digits)
 
 
-def _format_numbers(item: Any) -> str:
+def _format_numbers(item: Any, digits: int) -> str:
     if isinstance(item, list):
-        return "[" + ", ".join(_format_numbers(x) for x in item) + "]"
-    return f"{item:.4g}"
+        return "[" + ", ".join(_format_numbers(x, digits) for x in item) + "]"
+    return _number(item, digits)
 
 
-def _label(node: Node, adjoint_of: Sequence[Node]) -> str:
-    """A node's label, one line each: symbol; name; adjoint of; settings; shape; value."""
-    small = [_symbol(node)]
-    if not node.op.is_leaf and node.name != node.op.name:
-        small.append(node.name)
-    if adjoint_of:
-        small.append("adjoint of " + ", ".join(_title(n) for n in adjoint_of))
-    small.append(_attrs_text(node) or "")
-    shape = node.shape
-    if shape:
-        small.append(str(tuple(shape)))
-    if not isinstance(node.op, Constant):
-        value = _short_value(node.value)
-        small.append(f"= {value}" if value is not None else "")
-    return _lines(small)
+def _number(x: float, digits: int) -> str:
+    return f"{x + 0:.{digits}g}"  # (+ 0: a -0.0 reads 0)
+
+
+def _label(node: Node, scene: _Scene, gradient: bool, reads: Sequence[Node] = ()) -> str:
+    """A node's label, a line each: the op's symbol; its name, or whose adjoint it is,
+    with its value; the forward values it ``reads``; its settings; its shape."""
+    value = _short_value(scene.values.get(node), scene.digits)
+    adjoints = scene.adjoint_of.get(node, [])
+    if adjoints:
+        head = "adjoint of " + ", ".join(_title(n, scene.names) for n in adjoints)
+    elif isinstance(node.op, Constant) and node.name == "constant" and value is not None:
+        head, value = value, None  # a number written in the program: its value says it
+    elif not gradient or node.op.is_leaf or node.name != node.op.name:
+        head = _title(node, scene.names)
+    else:
+        head = ""  # a step of the gradient: its op and value say what it is
+    lines = [] if node.op.is_leaf else [_symbol(node)]
+    lines.append(head if value is None else f"{head} = {value}".strip())
+    if reads:
+        lines.append("reads " + ", ".join(dict.fromkeys(_title(x, scene.names) for x in reads)))
+    lines.append(_attrs_text(node) or "")
+    if node.shape and _short_value(scene.values.get(node), scene.digits) is None:
+        lines.append(str(tuple(node.shape)))  # (a value shown says its shape)
+    return _lines(lines)
 
 
 def _lines(texts: list[str]) -> str:
@@ -428,7 +519,8 @@ def _to_dot(
             gradient.attr(label="gradient graph", labelloc="t", color="#fed7aa")
             gradient.attr(fontcolor=GRADIENT)
             drawer.add_gradient(gradient)
-        drawer.add_cross_links(graph)
+        if scene.reads == "edges":
+            drawer.add_cross_links(graph)
     else:
         drawer.add_forward(graph)
     if rows:
@@ -454,7 +546,7 @@ class _Drawer:
 
     def __init__(self, scene: _Scene, ids: dict[Node, str], folded: dict[Node, str], align: bool):
         self.scene, self.ids, self.folded, self.align = scene, ids, folded, align
-        self.in_gradient = set(scene.gradient)
+        self.in_gradient, self.in_forward = set(scene.gradient), set(scene.forward)
         self.edges: set[tuple[str, str]] = set()
         self.chains: dict[str, list[Node]] = {}
         for node, stand_in in folded.items():
@@ -507,13 +599,18 @@ class _Drawer:
                 graph.edge(previous, label, style="invis")
             previous = label
 
+    def reads(self, node: Node) -> list[Node]:
+        """The forward values a gradient node reads (not inputs that lend only a shape)."""
+        shape_only = node.op.shape_inputs
+        return [
+            x for i, x in enumerate(node.inputs) if x in self.in_forward and i not in shape_only
+        ]
+
     def add_cross_links(self, graph: graphviz.Digraph) -> None:
-        in_forward = set(self.scene.forward)
         for node in self.scene.gradient:
-            for x in node.inputs:
-                if x in in_forward:
-                    attrs = {"style": "dashed", "color": CROSS, "constraint": "false"}
-                    self.add_edge(graph, x, node, attrs, hidden=node in self.scene.hidden)
+            for x in self.reads(node):
+                attrs = {"style": "dashed", "color": CROSS, "constraint": "false"}
+                self.add_edge(graph, x, node, attrs, hidden=node in self.scene.hidden)
 
     def add_edge(self, graph, tail: Node, head: Node, attrs: dict, hidden: bool = False) -> None:
         key = (self.id(tail), self.id(head))
@@ -530,7 +627,8 @@ class _Drawer:
             if node_id == self.ids[node]:  # the chain's last node stands for the chain
                 graph.node(node_id, label=self.folded_label(node), style="rounded,dashed")
             return
-        attrs = {"label": _label(node, self.scene.adjoint_of.get(node, []))}
+        reads = self.reads(node) if gradient and self.scene.reads == "label" else []
+        attrs = {"label": _label(node, self.scene, gradient, reads)}
         styles = ["rounded"]
         if node.op.is_leaf or gradient:
             styles.append("filled")

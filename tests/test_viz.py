@@ -78,17 +78,25 @@ def test_classic_side_by_side_structure(classic):
             assert edge["color"] == viz.GRADIENT and edge["dir"] == "back"
     for name in gradient:
         assert picture.nodes[name]["color"] == viz.GRADIENT
-    # Every forward value a gradient node reads is one dashed link across, not a copy.
-    dashed = picture.dashed()
-    assert dashed and all(t in forward and h in gradient for t, h in dashed)
+    # The forward values a gradient node reads are named in its label, not linked.
+    assert not picture.dashed()
     output = next(n for n in forward if picture.nodes[n].get("peripheries") == "2")
-    assert "= 42" in picture.nodes[output]["label"]
-    assert any(t == output for t, _ in dashed)  # the seed ones_like(output) reads f
+    assert picture.nodes[output]["label"].split("\\n")[1] == "v4 = 42"  # ops: v1 ... v4
     leaves = {picture.first_line(n) for row in picture.rows for n in row if n in forward}
-    assert leaves == {"x", "y", "2"}  # lined up in one row
-    labels = " ".join(picture.labels("cluster_gradient"))
-    assert "adjoint of x" in labels and "= 24" in labels  # df/dx = 2xy
-    assert "adjoint of y" in labels and "= 10" in labels  # df/dy = x**2 + 1
+    assert leaves == {"x = 3", "y = 4", "2"}  # lined up in one row
+    labels = picture.labels("cluster_gradient")
+    assert "adjoint of x = 24" in " ".join(labels)  # df/dx = 2xy
+    assert "adjoint of y = 10" in " ".join(labels)  # df/dy = x**2 + 1
+    # Every gradient node shows its value (a number written by a rule, 2, is its value),
+    # and the ones that read forward values say so: v1 = x**2, d(v1 * y)/dv1 = y.
+    assert all("= " in label for label in labels if label != "2")
+    assert "×\\nadjoint of x = 24\\nreads x" in labels  # d(x**2) = 2 * x: reads x
+    assert "×\\nadjoint of v1 = 4\\nreads y" in labels
+    # reads="edges": each forward value read is one dashed link across, not a copy; the
+    # seed ones_like(f) takes only f's shape, so it reads no value.
+    dashed = Picture(viz.side_by_side(f, [x, y], reads="edges")).dashed()
+    assert dashed and all(t in forward and h in gradient for t, h in dashed)
+    assert not any(t == output for t, _ in dashed)
 
 
 def test_results_are_lined_up(classic):
@@ -110,11 +118,12 @@ def test_matmul_layer_symbolic():
     gradient = " ".join(picture.labels("cluster_gradient"))
     assert "trans_A=True" in gradient and "adjoint of W" in gradient
     assert "adjoint of b" in gradient and "sum_to_like" in gradient  # b was broadcast
-    readers = {t for t, _ in picture.dashed()}
+    assert "reads x" in gradient
+    readers = {t for t, _ in Picture(viz.side_by_side(loss, [w, b], reads="edges")).dashed()}
     names = {picture.first_line(n) for n in readers}
-    # dW = x^T dZ reads x; b is read for its shape (its gradient is summed over the
-    # batch); W is not: dW has W's shape, as static shapes prove (no sum_to_like to W).
-    assert {"x", "b"} <= names and "W" not in names
+    # dW = x^T dZ reads x; b lends only its shape to the sum that undoes broadcasting,
+    # and W is not read at all (dW has W's shape, as static shapes prove).
+    assert "x" in names and not {"W", "b"} & names
 
 
 def test_second_derivative():
@@ -140,7 +149,7 @@ def test_draw_forward_graph():
 def test_labels_are_escaped():
     x = ad.tensor(1.0, name="<b>&x")
     drawing = viz.draw(x * 2)
-    assert Picture(drawing).first_line("n0") == "<b>&x"
+    assert Picture(drawing).first_line("n0") == "<b>&x = 1"
     assert "&lt;b&gt;&amp;x" in drawing.svg()
 
 
@@ -157,9 +166,10 @@ def deep_mlp(layers):
 
 def test_max_nodes_and_collapse():
     loss, params = deep_mlp(40)
-    with pytest.raises(viz.GraphTooLarge, match=r"493 nodes, more than max_nodes=300") as error:
+    # (The adjoint of mean's count is built, but no result needs it: not drawn.)
+    with pytest.raises(viz.GraphTooLarge, match=r"490 nodes, more than max_nodes=300") as error:
         viz.side_by_side(loss, params)
-    assert "max_nodes=493" in str(error.value) and "collapse=True" in str(error.value)
+    assert "max_nodes=490" in str(error.value) and "collapse=True" in str(error.value)
     picture = Picture(viz.draw(loss, collapse=True))
     folded = [label for label in picture.labels() if "ops folded" in label]
     assert len(folded) == 1 and "(matmul → add → tanh) × 40" in folded[0]
@@ -169,7 +179,7 @@ def test_max_nodes_and_collapse():
 def test_a_500_node_graph_renders(no_dot):
     loss, params = deep_mlp(40)
     drawing = viz.side_by_side(loss, params, max_nodes=500)
-    assert len(Picture(drawing).nodes) == 493
+    assert len(Picture(drawing).nodes) == 490
     assert "<svg" in drawing.svg()
 
 
@@ -207,7 +217,7 @@ def test_backward_steps(classic, tmp_path):
     f, wrt = classic
     steps = viz.backward_steps(f, wrt)
     assert len(steps) == 6  # one per forward node on a path from x or y to f
-    assert steps.captions[0].startswith("step 1 of 6: adjoint of '+' = the seed")
+    assert steps.captions[0].startswith("step 1 of 6: adjoint of 'v4' = the seed")
     assert "adjoint of 'y' = sum of 2 contributions" in steps.captions[3]
     pictures = [Picture(drawing) for drawing in steps]
     shown = [len(p.visible("cluster_gradient")) for p in pictures]
@@ -217,7 +227,7 @@ def test_backward_steps(classic, tmp_path):
     fills = [node.get("fillcolor") for node in step_y.nodes.values()]
     assert fills.count(viz.CONTRIBUTION) == 2
     yellow = [n for n, node in step_y.nodes.items() if node.get("fillcolor") == viz.HIGHLIGHT]
-    assert any(step_y.first_line(n) == "y" for n in yellow)
+    assert any(step_y.first_line(n) == "y = 4" for n in yellow)
     assert any("adjoint of y" in step_y.nodes[n]["label"] for n in yellow)
     paths = steps.save(tmp_path / "fig.svg")
     assert [p.name for p in paths] == [f"fig-0{i}.svg" for i in range(1, 7)]
@@ -273,5 +283,6 @@ def test_every_op_function_takes_a_name_that_the_drawings_show():
     hidden = ad.tanh(x @ ad.tensor(np.ones((3, 2)), name="W"), name="hidden")
     loss = ad.sum(ad.stack([hidden, hidden * 2], name="both"), name="loss")
     assert (hidden.name, loss.name, loss.inputs[0].name) == ("hidden", "loss", "both")
-    lines = {line for label in Picture(viz.draw(loss)).labels() for line in label.split("\\n")}
+    labels = Picture(viz.draw(loss, values=False)).labels()
+    lines = {line for label in labels for line in label.split("\\n")}
     assert {"hidden", "loss", "both", "x", "W"} <= lines  # under the op's symbol

@@ -178,14 +178,17 @@ class PowerScalar(Elementwise):
     def gradient(self, node, output_grad):
         (x,) = node.inputs
         p = node.attrs["exponent"]
-        if p == 0:
-            return [zeros_like(x)]
-        return [output_grad * p * x ** (p - 1)]
+        return [zeros_like(x) if p == 0 else _times_derivative(output_grad, x, p)]
 
     def jvp(self, node, x_dot):
         (x,) = node.inputs
         p = node.attrs["exponent"]
-        return None if p == 0 else x_dot * p * x ** (p - 1)
+        return None if p == 0 else _times_derivative(x_dot, x, p)
+
+
+def _times_derivative(d, x, p):
+    """d * p * x**(p-1), with no ``* 1`` or ``** 1`` node: d for p = 1, d * 2 * x for 2."""
+    return d if p == 1 else d * p * (x if p == 2 else x ** (p - 1))
 
 
 def power(a, b, *, name: str | None = None) -> Node:
