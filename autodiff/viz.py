@@ -494,11 +494,15 @@ def _to_dot(
     scene: _Scene, function: str, max_nodes: int, collapse: bool, rows: list | None = None
 ) -> str:
     ids = {node: f"n{i}" for i, node in enumerate(scene.forward + scene.gradient)}
-    keep = set(scene.outputs) | set(scene.results)
-    folded = {}
+    seeds = [g for g, of in scene.adjoint_of.items() if set(of) & set(scene.outputs)]
+    keep = {*scene.outputs, *scene.results, *seeds}
+    folded: dict[Node, str] = {}
+    sides: set[Node] = set()  # folded with a chain, but not part of its pattern
     if collapse:
-        folded.update(_fold_chains(scene.forward, keep, ids))
-        folded.update(_fold_chains(scene.gradient, keep, ids))
+        for part in (scene.forward, scene.gradient):
+            chains, side = _fold_chains(part, keep, ids)
+            folded.update(chains)
+            sides.update(side)
     count = len(ids) - len(folded) + len(set(folded.values()))
     if count > max_nodes:
         _refuse(function, count, max_nodes, collapse)
@@ -511,6 +515,7 @@ def _to_dot(
     if scene.caption:
         graph.attr(label=_lines([scene.caption]), labelloc="t", fontsize="16")
     drawer = _Drawer(scene, ids, folded, align=count <= ALIGN_LIMIT)
+    drawer.sides = sides
     if scene.gradient:
         with graph.subgraph(name="cluster_forward") as forward:
             forward.attr(label="forward graph", labelloc="t", color="#cbd5e1", fontcolor=INK)
@@ -549,6 +554,7 @@ class _Drawer:
         self.in_gradient, self.in_forward = set(scene.gradient), set(scene.forward)
         self.edges: set[tuple[str, str]] = set()
         self.chains: dict[str, list[Node]] = {}
+        self.sides: set[Node] = set()
         for node, stand_in in folded.items():
             self.chains.setdefault(stand_in, []).append(node)
 
@@ -625,7 +631,9 @@ class _Drawer:
         node_id = self.id(node)
         if node in self.folded:
             if node_id == self.ids[node]:  # the chain's last node stands for the chain
-                graph.node(node_id, label=self.folded_label(node), style="rounded,dashed")
+                colour = {"color": GRADIENT, "fontcolor": GRADIENT} if gradient else {}
+                label = self.folded_label(node)
+                graph.node(node_id, label=label, style="rounded,dashed", **colour)
             return
         reads = self.reads(node) if gradient and self.scene.reads == "label" else []
         attrs = {"label": _label(node, self.scene, gradient, reads)}
@@ -646,7 +654,7 @@ class _Drawer:
 
     def folded_label(self, last: Node) -> str:
         chain = self.chains[self.ids[last]]
-        names = [n.op.name for n in chain]
+        names = [n.op.name for n in chain if n not in self.sides]
         text = _repeats(names)
         small = f"{len(chain)} ops folded"
         if last.shape:
@@ -654,40 +662,68 @@ class _Drawer:
         return _lines([text, small])
 
 
-def _fold_chains(topo_order: list[Node], keep: set[Node], ids: dict[Node, str]) -> dict:
-    """Chains of ops, each reading the one before it and nothing else of the graph (leaves
-    aside), where nothing else reads the inner ones: a stack of layers, say. Returns each
-    folded node's stand-in id, the id of its chain's last node."""
+def _fold_chains(topo_order: list[Node], keep: set[Node], ids: dict[Node, str]):
+    """Chains of ops to draw as one node each: a stack of layers, say. An op continues
+    the chain of the one op of the graph it reads when nothing else of the graph reads
+    that one but ``keep`` (outputs, the gradients asked for, hanging off the chain).
+    Side computations (a tanh's 1 - y * y beside its adjoint) go with the op they feed:
+    nodes read once that read nothing else of the graph, numbers written by rules too.
+    Returns each folded node's stand-in id (the id of its chain's last node), and the
+    side computations among them."""
     part = set(topo_order)
-    readers: dict[Node, int] = {}
+    readers: dict[Node, list[Node]] = {}
     for node in topo_order:
-        for x in node.inputs:
-            readers[x] = readers.get(x, 0) + 1
+        for x in dict.fromkeys(node.inputs):
+            if x in part:
+                readers.setdefault(x, []).append(node)
+    side: dict[Node, Node] = {}  # a side computation: the node it feeds
+    for node in topo_order:
+        number = isinstance(node.op, Constant) and node.name == "constant"
+        if node in keep or len(readers.get(node, ())) != 1 or (node.op.is_leaf and not number):
+            continue
+        if all(x in side for x in node.inputs if x in part):
+            side[node] = readers[node][0]
     chain_ending_at: dict[Node, list[Node]] = {}
     for node in topo_order:
-        if node.op.is_leaf or node in keep:  # outputs and adjoints stay in sight
+        if node.op.is_leaf or node in keep or node in side:
             continue
-        inner = [x for x in node.inputs if x in part and not x.op.is_leaf]
+        inner = [x for x in node.inputs if x in part and x not in side and not x.op.is_leaf]
         previous = inner[0] if len(inner) == 1 else None
-        if previous is not None and readers[previous] == 1 and previous not in keep:
+        if previous is None or previous in keep:
+            continue
+        if [r for r in readers[previous] if r not in keep] == [node]:
             chain_ending_at[node] = chain_ending_at.pop(previous, [previous]) + [node]
     folded = {}
     for last, chain in chain_ending_at.items():
         if len(chain) >= MIN_RUN:
             for node in chain:
                 folded[node] = ids[last]
-    return folded
+    for node, host in side.items():  # with the chain of the op it feeds, if folded
+        while host in side:
+            host = side[host]
+        if host in folded:
+            folded[node] = folded[host]
+    return folded, {node for node in side if node in folded}
 
 
 def _repeats(names: list[str]) -> str:
-    """'(matmul → add → tanh) × 4' for a repeated pattern, else the first and last ops.
+    """'(matmul → add → tanh) × 4' for a repeated pattern (an op or two may come before
+    or after it), else the first and last ops.
 
     >>> _repeats(["matmul", "add", "tanh", "matmul", "add", "tanh"])
     '(matmul → add → tanh) × 2'
+    >>> _repeats(["add", "multiply", "matmul", "multiply", "matmul", "multiply"])
+    'add → (multiply → matmul) × 2 → multiply'
     """
-    for period in range(1, len(names) // 2 + 1):
-        if len(names) % period == 0 and names == names[:period] * (len(names) // period):
-            return f"({' → '.join(names[:period])}) × {len(names) // period}"
+    for ends in range(3):  # ops outside the pattern, fewest first
+        for before in range(ends + 1):
+            middle = names[before : len(names) - (ends - before)]
+            for period in range(1, len(middle) // 2 + 1):
+                times = len(middle) // period
+                if len(middle) % period == 0 and middle == middle[:period] * times:
+                    pattern = f"({' → '.join(middle[:period])}) × {times}"
+                    after = names[len(names) - (ends - before) :]
+                    return " → ".join([*names[:before], pattern, *after])
     if len(names) <= 4:
         return " → ".join(names)
     return f"{names[0]} → {names[1]} → … → {names[-1]}"
