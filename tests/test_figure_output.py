@@ -1,10 +1,11 @@
 """Figures for slides: PNG and PDF without a system Graphviz, PNG at a scale, the reverse
-pass as one PDF or an animated GIF.
+pass as one PDF or an animated GIF, and messages in the command line's own words.
 
 Checked on the files written (PNG header, PDF pages, GIF frames), never on time. The
 files are kept in tests/artifacts/figures/ (git-ignored) for a person to look at."""
 
 import io
+import re
 import shutil
 import struct
 import sys
@@ -16,6 +17,7 @@ from PIL import Image
 
 import autodiff as ad
 from autodiff import renderer, viz
+from autodiff.__main__ import main
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "figures"
 
@@ -172,3 +174,76 @@ def test_steps_with_dot(classic, folder):
         drawing.renderer = "dot"
     assert len(pages(steps.save(folder / "steps.pdf")[0])) == 6
     assert Image.open(steps.save(folder / "steps.gif")[0]).n_frames == 6
+
+
+# The command line -------------------------------------------------------------------------
+
+
+def render(capsys, *args):
+    status = main(["render", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_cli_png_at_scale_2_without_dot(no_dot, capsys, folder):
+    widths = []
+    for scale in ("1", "2"):
+        target = folder / f"scale-{scale}.png"
+        status, out, err = render(capsys, "x*y + sin(x)", "--scale", scale, "-o", str(target))
+        assert (status, out.strip(), err) == (0, str(target), "")
+        widths.append(png_size(target.read_bytes())[0])
+    assert widths[1] == pytest.approx(2 * widths[0], abs=2)
+
+
+@pytest.mark.parametrize("suffix", ["pdf", "gif"])
+def test_cli_steps_in_one_file(no_dot, capsys, folder, suffix):
+    target = folder / f"steps.{suffix}"
+    status, out, err = render(capsys, "x*sin(x)", "--mode", "steps", "-o", str(target))
+    assert (status, out.split(), err) == (0, [str(target)], "")
+    if suffix == "pdf":
+        assert len(pages(target)) == 3
+    else:
+        assert Image.open(target).n_frames == 3
+
+
+# Each message: the flag from the command line, Python's argument from Python.
+TOO_BIG = ["x*y", "--max-nodes", "3"]
+MESSAGES = [
+    (["x*y", "--renderer", "dot", "-o", "f.svg"], 1, r"--renderer dot but `dot` is not on PATH"),
+    (["x*y", "--renderer", "dot", "-o", "f.svg"], 1, r"or use --renderer auto, which draws"),
+    (["x*y", "--scale", "2", "-o", "f.pdf"], 2, r"save as \.png for --scale 2\."),
+    ([*TOO_BIG, "-o", "f.svg"], 1, r"more than --max-nodes 3\. Pass --max-nodes \d+ to"),
+    ([*TOO_BIG, "-o", "f.svg"], 1, r"or pass --collapse to fold chains"),
+    ([*TOO_BIG, "--collapse", "-o", "f.svg"], 1, r"even with --collapse"),
+    (["x*y", "-o", "f.gif"], 2, r"a GIF animates the steps: add --mode steps"),
+    (["x*y", "-o", "f.jpg"], 2, r"\.svg, \.png, \.pdf or \.dot \(\.gif with --mode steps\)"),
+]
+
+
+@pytest.mark.parametrize("args, status, message", MESSAGES)
+def test_cli_messages_name_flags(no_dot, capsys, tmp_path, args, status, message):
+    *args, target = args
+    code, out, err = render(capsys, *args, str(tmp_path / target))
+    assert (code, out) == (status, "")
+    assert err.startswith("error: ") and re.search(message, err)
+    for python in ("renderer=", "scale=", "max_nodes=", "collapse="):
+        assert python not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_scale_that_is_not_a_number(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["render", "x*y", "--scale", "big", "-o", "f.png"])
+    assert exit.value.code == 2
+    assert "argument --scale: 'big' is not a positive number" in capsys.readouterr().err
+
+
+def test_python_messages_keep_python_arguments(no_dot, classic, tmp_path):
+    drawing = viz.side_by_side(*classic)
+    drawing.renderer = "dot"
+    with pytest.raises(renderer.RendererError, match="renderer='dot' but `dot` is not on PATH"):
+        drawing.save(tmp_path / "f.png")
+    with pytest.raises(ValueError, match=r"save as \.png for scale=2\."):
+        viz.side_by_side(*classic).save(tmp_path / "f.pdf", scale=2)
+    with pytest.raises(viz.GraphTooLarge, match=r"Pass max_nodes=\d+ .* collapse=True"):
+        viz.side_by_side(*classic, max_nodes=3)
