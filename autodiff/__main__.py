@@ -2,13 +2,15 @@
 
 Exit status: 0 when the figure is written; 2 for a refused expression or bad arguments;
 1 when the expression is fine but cannot be computed or drawn (shapes that do not fit,
-a format the renderer cannot make).
+``--renderer dot`` where Graphviz is not installed). The library's messages are printed
+in the command line's words: ``--max-nodes 500``, not ``max_nodes=500``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 
@@ -24,10 +26,12 @@ examples:
       the same with values: each node shows its value, each adjoint its gradient
   python -m autodiff render "tanh(matmul(x, W) + b)" --at "x=[[1,2]]" \\
       "W=[[1,0],[0,1]]" "b=[0.5,0.5]" --wrt W b -o layer.pdf
-      a matmul layer, as PDF (PNG and PDF need Graphviz's `dot` program)
-  python -m autodiff render "x*sin(x)" --mode steps -o step.svg
-      the reverse pass one node at a time: step-01.svg, step-02.svg, ...
-  python -m autodiff render "exp(x) / (1 + exp(x))" --mode forward -o f.png
+      a matmul layer, as PDF
+  python -m autodiff render "x*sin(x)" --mode steps -o steps.pdf
+      the reverse pass one node at a time, a page per step (steps.gif: an animation;
+      steps.svg: one file per step, steps-01.svg, steps-02.svg, ...)
+  python -m autodiff render "exp(x) / (1 + exp(x))" --mode forward -o f.png --scale 2
+      a PNG twice as wide and high as at --scale 1 (96 pixels per inch), for a projector
 
 The expression uses the library's names: numbers, variables, + - * / ** @, unary minus,
 and the functions exp log (or ln) sin cos tanh sigmoid relu sqrt power maximum matmul transpose
@@ -61,7 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="differentiate with respect to these (default: all)",
     )
     render.add_argument(
-        "-o", "--output", required=True, help="the file to write: .svg, .png, .pdf or .dot"
+        "-o",
+        "--output",
+        required=True,
+        help="the file to write: .svg, .png, .pdf or .dot (.gif with --mode steps)",
     )
     render.add_argument(
         "--at", nargs="+", default=[], metavar="NAME=VALUE", help="values: x=3 or 'w=[1, 2]'"
@@ -70,13 +77,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--mode",
         choices=["side-by-side", "forward", "steps"],
         default="side-by-side",
-        help="side-by-side (default), the forward graph only, or one file per backward step",
+        help="side-by-side (default), the forward graph only, or the backward steps: "
+        "one file per step, or one .pdf (a page each) or .gif (an animation)",
     )
     render.add_argument("--title", help="the caption (default: the expression)")
     render.add_argument("--renderer", choices=renderer.RENDERERS, default="auto")
+    render.add_argument(
+        "--scale",
+        type=positive,
+        default=1,
+        help="enlarge a .png or .gif: 2 is twice as wide and high, for a projector",
+    )
     render.add_argument("--max-nodes", type=int, default=viz.MAX_NODES)
     render.add_argument("--collapse", action="store_true", help="fold chains of ops into one")
     return parser
+
+
+def positive(text: str) -> float:
+    """``--scale``'s value: a number above 0."""
+    try:
+        number = float(text)
+    except ValueError:
+        number = 0
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number, e.g. 2")
+    return number
 
 
 def values_at(assignments: Sequence[str]) -> dict[str, Node]:
@@ -110,10 +135,17 @@ def _is_numbers(value) -> bool:
 def render(args: argparse.Namespace) -> list[str]:
     """Draw ``args.expression`` as ``args.mode`` asks; the paths written."""
     suffix = args.output.rpartition(".")[2].lower()
-    if suffix not in ("svg", "png", "pdf", "dot"):
+    if suffix == "gif" and args.mode != "steps":
+        raise UsageError(f"-o {args.output}: a GIF animates the steps: add --mode steps.")
+    if suffix not in ("svg", "png", "pdf", "dot", "gif"):
         raise UsageError(
-            f"-o {args.output}: the suffix picks the format: .svg, .png, .pdf or .dot."
+            f"-o {args.output}: the suffix picks the format: .svg, .png, .pdf or .dot "
+            f"(.gif with --mode steps)."
         )
+    try:
+        renderer.check_scale(suffix, args.scale)
+    except ValueError as exc:
+        raise UsageError(as_flags(str(exc))) from exc
     leaves = values_at(args.at)
     output, variables = parse(args.expression, leaves)
     unused = [name for name in leaves if name not in variables]
@@ -134,7 +166,7 @@ def render(args: argparse.Namespace) -> list[str]:
         steps = viz.backward_steps(output, nodes, max_nodes=args.max_nodes)
         for drawing in steps:
             drawing.renderer = args.renderer
-        return [str(path) for path in steps.save(args.output)]
+        return [str(path) for path in steps.save(args.output, args.scale)]
     options = {"max_nodes": args.max_nodes, "collapse": args.collapse}
     title = args.title or args.expression
     if args.mode == "forward":
@@ -142,7 +174,21 @@ def render(args: argparse.Namespace) -> list[str]:
     else:
         drawing = viz.side_by_side(output, nodes, title=title, **options)
     drawing.renderer = args.renderer
-    return [str(drawing.save(args.output))]
+    return [str(drawing.save(args.output, args.scale))]
+
+
+def as_flags(message: str) -> str:
+    """A library message in the command line's words: its flags, not Python arguments.
+
+    >>> as_flags("renderer='dot' but ...; pass max_nodes=493, or collapse=True")
+    "--renderer dot but ...; pass --max-nodes 493, or --collapse"
+    """
+    message = message.replace("collapse=True", "--collapse")
+    return re.sub(
+        r"\b(renderer|scale|max_nodes)='?([\w.]+)'?",
+        lambda match: f"--{match[1].replace('_', '-')} {match[2]}",
+        message,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -154,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (ValueError, TypeError, ArithmeticError, renderer.RendererError, OSError) as exc:
-        print(f"error: cannot draw {args.expression!r}: {exc}", file=sys.stderr)
+        print(f"error: cannot draw {args.expression!r}: {as_flags(str(exc))}", file=sys.stderr)
         return 1
     for path in written:
         print(path)

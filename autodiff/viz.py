@@ -12,8 +12,8 @@ graph re-uses forward values; it does not recompute them.
 * ``draw_levels(*nodes)``: the graph in rows of nodes that could run in parallel.
 
 Each returns a ``Drawing``: Jupyter shows it as SVG, ``.source`` is its DOT text, and
-``.save("fig.svg")`` writes ``.svg .png .pdf`` or ``.dot`` (see renderer.py for which
-renderer makes which format).
+``.save("fig.svg")`` writes ``.svg .png .pdf`` or ``.dot`` (see renderer.py for how),
+``.save("fig.png", scale=2)`` a PNG twice as large, for a projector.
 
 >>> import autodiff as ad
 >>> x = ad.tensor(3.0, name="x")
@@ -88,8 +88,11 @@ class Drawing:
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         return {"image/svg+xml": self.svg(), "text/plain": repr(self)}
 
-    def save(self, path: str | pathlib.Path) -> pathlib.Path:
+    def save(self, path: str | pathlib.Path, scale: float = 1) -> pathlib.Path:
         """Write the picture; the suffix (``.svg .png .pdf .dot``) picks the format.
+
+        ``scale`` enlarges a PNG: ``save("fig.png", scale=2)`` is twice as wide and high
+        (for a projector); SVG and PDF are sharp at any size.
 
         >>> import autodiff as ad, tempfile, pathlib
         >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -98,17 +101,18 @@ class Drawing:
         """
         path = pathlib.Path(path)
         suffix = path.suffix.lower().lstrip(".")
+        if suffix not in ("dot", "gv", *renderer.FORMATS):
+            raise ValueError(
+                f"save: cannot tell the format of '{path.name}' from its suffix: use .svg, "
+                f".png, .pdf or .dot (and .gif for the pictures of backward_steps)."
+            )
+        renderer.check_scale(suffix, scale)
         if suffix in ("dot", "gv"):
             path.write_text(self.source)
         elif suffix == "svg":
             path.write_text(self.svg())
-        elif suffix in renderer.FORMATS:
-            path.write_bytes(renderer.render(self.source, suffix, self.renderer))
         else:
-            raise ValueError(
-                f"save: cannot tell the format of '{path.name}' from its suffix: "
-                f"use .svg, .png, .pdf or .dot."
-            )
+            path.write_bytes(renderer.render(self.source, suffix, self.renderer, scale))
         return path
 
     def __repr__(self) -> str:
@@ -282,12 +286,27 @@ class BackwardSteps(Sequence[Drawing]):
     def __iter__(self) -> Iterator[Drawing]:
         return iter(self.steps)
 
-    def save(self, path: str | pathlib.Path) -> list[pathlib.Path]:
-        """Write one file per step: ``fig.svg`` becomes ``fig-01.svg``, ``fig-02.svg``, ..."""
+    def save(self, path: str | pathlib.Path, scale: float = 1) -> list[pathlib.Path]:
+        """Write the steps for slides; the paths written.
+
+        ``steps.pdf`` is one PDF with a page per step, ``steps.gif`` an animated GIF (a
+        frame per step, 1.5 s each); any other suffix writes one file per step:
+        ``fig.svg`` becomes ``fig-01.svg``, ``fig-02.svg``, ... ``scale`` enlarges PNG
+        and GIF pictures, as in ``Drawing.save``.
+        """
         path = pathlib.Path(path)
+        suffix = path.suffix.lower().lstrip(".")
+        if suffix == "pdf":
+            pages = [renderer.render(d.source, "pdf", d.renderer, scale) for d in self.steps]
+            path.write_bytes(renderer.merge_pdfs(pages))
+            return [path]
+        if suffix == "gif":
+            frames = [renderer.render(d.source, "png", d.renderer, scale) for d in self.steps]
+            path.write_bytes(renderer.animate(frames))
+            return [path]
         width = max(2, len(str(len(self.steps))))
         return [
-            drawing.save(path.with_name(f"{path.stem}-{i:0{width}d}{path.suffix}"))
+            drawing.save(path.with_name(f"{path.stem}-{i:0{width}d}{path.suffix}"), scale)
             for i, drawing in enumerate(self.steps, start=1)
         ]
 

@@ -109,9 +109,9 @@ def test_a_graph_that_cannot_be_computed(capsys, tmp_path):
     assert status == 1 and "cannot draw 'matmul(x, y)'" in err and "matmul" in err
 
 
-def test_png_without_dot_says_what_to_install(capsys, tmp_path, monkeypatch):
+def test_renderer_dot_without_dot_says_what_to_install(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    status, _, err = render(capsys, "x*y", "-o", str(tmp_path / "f.png"))
+    status, _, err = render(capsys, "x*y", "--renderer", "dot", "-o", str(tmp_path / "f.png"))
     assert status == 1 and "apt install graphviz" in err
 
 
