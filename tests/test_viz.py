@@ -24,7 +24,11 @@ class Picture:
         self.nodes = {o["name"]: o for o in objects if "nodes" not in o}
         self.clusters = {o["name"]: {names[i] for i in o["nodes"]} for o in objects if "nodes" in o}
         self.rows = [nodes for name, nodes in self.clusters.items() if name.startswith("%")]
-        self.edges = [(names[e["tail"]], names[e["head"]], e) for e in graph.get("edges", [])]
+        self.edges = [  # (invisible edges only keep nodes in order)
+            (names[e["tail"]], names[e["head"]], e)
+            for e in graph.get("edges", [])
+            if e.get("style") != "invis"
+        ]
 
     def labels(self, cluster=None):
         keep = self.clusters[cluster] if cluster else self.nodes
