@@ -25,8 +25,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from weakref import WeakSet
 
 from .graph import Node, find_topo_sort
+
+# The copies that checkpointing recomputes (weakly held: they go with their graph).
+_copies: WeakSet[Node] = WeakSet()
 
 
 def longest_chain(topo_order: Sequence[Node]) -> list[Node]:
@@ -138,4 +142,18 @@ class Recomputation:
                 inputs = [self.value(x) for x in n.inputs]
                 self.copies[n] = type(n.op).apply(*inputs, **n.attrs)
                 self.copies[n].name = f"recomputed {n.name}"
+                _copies.add(self.copies[n])
         return self.copies[node]
+
+
+def is_recomputed(node: Node) -> bool:
+    """Whether ``node`` is a forward value that a checkpointed gradient graph computes
+    again (``gradients(..., checkpoint=...)``): drawings give these a colour of their own.
+
+    >>> import autodiff as ad
+    >>> x = ad.Variable("x")
+    >>> (dx,) = ad.gradients(ad.tanh(ad.tanh(x)).sum(), [x], checkpoint=2)
+    >>> sorted(n.name for n in ad.find_topo_sort([dx]) if is_recomputed(n))
+    ['recomputed tanh']
+    """
+    return node in _copies

