@@ -9,7 +9,9 @@ grows like sqrt(n) (checkpoints plus one segment), for about one extra forward p
 
 Here the recomputation is part of the gradient graph: ``gradients(y, wrt,
 checkpoint="sqrt")`` hands each gradient rule recomputed copies of the forward values
-(``Recomputation``), so the graph can be drawn, planned (memory.py) and run as any other.
+it did not keep (``Recomputation``; a checkpoint is read as it is, never recomputed), so
+the graph can be drawn (``viz.draw_checkpointed``), planned (memory.py) and run as any
+other.
 
 >>> import autodiff as ad
 >>> x = ad.Variable("x")
