@@ -9,7 +9,9 @@ grows like sqrt(n) (checkpoints plus one segment), for about one extra forward p
 
 Here the recomputation is part of the gradient graph: ``gradients(y, wrt,
 checkpoint="sqrt")`` hands each gradient rule recomputed copies of the forward values
-(``Recomputation``), so the graph can be drawn, planned (memory.py) and run as any other.
+it did not keep (``Recomputation``; a checkpoint is read as it is, never recomputed), so
+the graph can be drawn (``viz.draw_checkpointed``), planned (memory.py) and run as any
+other.
 
 >>> import autodiff as ad
 >>> x = ad.Variable("x")
@@ -25,8 +27,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from weakref import WeakSet
 
 from .graph import Node, find_topo_sort
+
+# The copies that checkpointing recomputes (weakly held: they go with their graph).
+_copies: WeakSet[Node] = WeakSet()
 
 
 def longest_chain(topo_order: Sequence[Node]) -> list[Node]:
@@ -84,32 +90,52 @@ def choose_checkpoints(output: Node, checkpoint: str | int | Iterable[Node]) -> 
 class Recomputation:
     """Stand-ins for the forward values that checkpointing does not keep.
 
-    A kept node (a checkpoint or a leaf) stands for itself. Any other node is
-    recomputed: a copy of its op applied to the stand-ins of its inputs, so a segment is
-    recomputed from the checkpoint below it. Copies are made when the reverse pass first
-    needs them, so each segment is recomputed just before its backward pass.
+    A kept node (a checkpoint or a leaf) stands for itself: its value is kept, never
+    computed again. Any other node is recomputed: a copy of its op applied to the
+    stand-ins of its inputs, so a segment is recomputed from the checkpoint below it,
+    each node once. Copies are made when the reverse pass first needs them, so each
+    segment is recomputed just before its backward pass.
     """
 
     def __init__(self, kept: set[Node]):
         self.kept = kept
         self.copies: dict[Node, Node] = {}
 
+    def is_kept(self, node: Node) -> bool:
+        return node.op.is_leaf or node in self.kept
+
     def value(self, node: Node) -> Node:
         """``node`` itself if it is kept, else its recomputed copy."""
-        if node.op.is_leaf or node in self.kept:
-            return node
-        return self.copy(node)
+        return node if self.is_kept(node) else self.copy(node)
 
     def rule_node(self, node: Node) -> Node:
         """The node whose gradient rule the reverse pass calls (the rule reads it and its
-        inputs): ``node`` when it and its inputs are kept, else a recomputed copy."""
-        if self.value(node) is node and all(self.value(x) is x for x in node.inputs):
+        inputs): ``node`` when it and its inputs are kept, its recomputed copy when it is
+        not kept. A kept node whose inputs are not gets a *view*: a node never computed,
+        its op on the stand-ins of its inputs, which ``read_kept`` then replaces by the
+        kept node in what the rule built."""
+        if not self.is_kept(node):
+            return self.copy(node)
+        inputs = tuple(self.value(x) for x in node.inputs)
+        if inputs == node.inputs:
             return node
-        return self.copy(node)
+        return Node(node.op, inputs, node.attrs, node.name)  # not Op.apply: never run
+
+    def read_kept(self, node: Node, rule_node: Node, grads: list[Node | None]) -> list:
+        """``grads``, from the rule of ``rule_node``, reading ``node`` where they read
+        the view: the checkpoint's value is kept, so recomputing it would be waste."""
+        if rule_node is node or not self.is_kept(node):
+            return grads
+        built = [g for g in grads if g is not None]
+        # The rule's nodes were made after the view (serials count up): rewire those.
+        for n in find_topo_sort(built, descend=lambda n: n.serial > rule_node.serial):
+            if rule_node in n.inputs:
+                n.inputs = tuple(node if x is rule_node else x for x in n.inputs)
+        return [node if g is rule_node else g for g in grads]
 
     def copy(self, node: Node) -> Node:
         def stops(n: Node) -> bool:
-            return n.op.is_leaf or n in self.copies or (n in self.kept and n is not node)
+            return self.is_kept(n) or n in self.copies
 
         # The segment below ``node``, inputs first (a loop, not recursion: segments can
         # be long).
@@ -118,4 +144,18 @@ class Recomputation:
                 inputs = [self.value(x) for x in n.inputs]
                 self.copies[n] = type(n.op).apply(*inputs, **n.attrs)
                 self.copies[n].name = f"recomputed {n.name}"
+                _copies.add(self.copies[n])
         return self.copies[node]
+
+
+def is_recomputed(node: Node) -> bool:
+    """Whether ``node`` is a forward value that a checkpointed gradient graph computes
+    again (``gradients(..., checkpoint=...)``): drawings give these a colour of their own.
+
+    >>> import autodiff as ad
+    >>> x = ad.Variable("x")
+    >>> (dx,) = ad.gradients(ad.tanh(ad.tanh(x)).sum(), [x], checkpoint=2)
+    >>> sorted(n.name for n in ad.find_topo_sort([dx]) if is_recomputed(n))
+    ['recomputed tanh']
+    """
+    return node in _copies

@@ -165,6 +165,8 @@ def reverse_pass(
         # With checkpointing, the rule reads recomputed values, not the forward ones.
         rule_node = node if recompute is None else recompute.rule_node(node)
         input_grads = _input_gradients(rule_node, adjoint[node])
+        if recompute is not None:
+            input_grads = recompute.read_kept(node, rule_node, input_grads)
         for index, (x, grad) in enumerate(zip(node.inputs, input_grads, strict=True)):
             if grad is None or x not in on_path or index in node.op.shape_inputs:
                 continue

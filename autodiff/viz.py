@@ -9,10 +9,13 @@ graph re-uses forward values; it does not recompute them.
 * ``draw(*nodes)``: the forward graph of ``nodes``;
 * ``side_by_side(output, wrt)``: forward and gradient graphs in one picture;
 * ``backward_steps(output, wrt)``: the reverse pass one node at a time (a slider in Jupyter);
-* ``draw_levels(*nodes)``: the graph in rows of nodes that could run in parallel.
+* ``draw_levels(*nodes)``: the graph in rows of nodes that could run in parallel;
+* ``draw_checkpointed(output, wrt, checkpoint)``: ``side_by_side`` for a checkpointed
+  gradient, its checkpoints and its recomputed values marked;
+* ``draw_memory(plans)``: memory plans' bytes live at each step: a matplotlib Figure.
 
-Each returns a ``Drawing``: Jupyter shows it as SVG, ``.source`` is its DOT text, and
-``.save("fig.svg")`` writes ``.svg .png .pdf`` or ``.dot`` (see renderer.py for how),
+The others return a ``Drawing``: Jupyter shows it as SVG, ``.source`` is its DOT text,
+and ``.save("fig.svg")`` writes ``.svg .png .pdf`` or ``.dot`` (see renderer.py for how),
 ``.save("fig.png", scale=2)`` a PNG twice as large, for a projector.
 
 >>> import autodiff as ad
@@ -26,16 +29,18 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import graphviz
 
 from . import backend, renderer
+from .checkpoint import choose_checkpoints, is_recomputed
 from .executor import Executor
 from .gradients import AdjointStep, gradients
 from .graph import Constant, Node, find_topo_sort, levels
+from .memory import MemoryPlan
 
 INK = "#334155"  # forward graph
 GRADIENT = "#c2410c"  # gradient graph: nodes, edges and text
@@ -44,6 +49,10 @@ LEAF_FILL = "#e2e8f0"
 GRADIENT_FILL = "#fff7ed"
 HIGHLIGHT = "#fde047"  # backward_steps: the adjoint being filled in
 CONTRIBUTION = "#fdba74"  # backward_steps: the contributions summed into it
+KEPT_FILL = "#bbf7d0"  # draw_checkpointed: the checkpoints, kept for the backward pass
+RECOMPUTED = "#6d28d9"  # draw_checkpointed: forward values the gradient graph recomputes
+RECOMPUTED_FILL = "#ede9fe"
+MIB = 2**20  # draw_memory's unit
 MAX_NODES = 300
 MIN_RUN = 3  # collapse=True folds chains of at least this many ops
 ROW_LENGTH = 6  # leaves, or gradients asked for, in one row at most
@@ -133,6 +142,7 @@ class _Scene:
     results: list[Node] = field(default_factory=list)  # the gradients asked for
     adjoint_of: dict[Node, list[Node]] = field(default_factory=dict)  # gradient -> forward
     fill: dict[Node, str] = field(default_factory=dict)  # highlighted nodes
+    recomputed: set[Node] = field(default_factory=set)  # gradient nodes in a third colour
     hidden: set[Node] = field(default_factory=set)  # laid out but not drawn (steps)
     caption: str | None = None
     names: dict[Node, str] = field(default_factory=dict)  # v1, v2, ... for unnamed ops
@@ -210,6 +220,119 @@ def side_by_side(
     return Drawing(_to_dot(scene, "side_by_side", max_nodes, collapse))
 
 
+def draw_checkpointed(
+    output: Node,
+    wrt: Sequence[Node],
+    checkpoint: str | int | Sequence[Node] = "sqrt",
+    *,
+    max_nodes: int = MAX_NODES,
+    collapse: bool = False,
+    title: str | None = None,
+) -> Drawing:
+    """``side_by_side`` for ``ad.gradients(output, wrt, checkpoint=checkpoint)``: the
+    checkpoints (forward values kept for the backward pass) are filled green with a bold
+    border; the forward values that the gradient graph computes again are violet; the
+    rest of the gradient graph is orange, as always. The caption counts both.
+
+    >>> import autodiff as ad
+    >>> x = ad.Variable("x")
+    >>> h = x
+    >>> for _ in range(6):
+    ...     h = ad.tanh(h)
+    >>> picture = draw_checkpointed(h.sum(), [x], checkpoint=2)
+    >>> picture.source.count(RECOMPUTED_FILL), picture.source.count(KEPT_FILL)
+    (3, 3)
+    """
+    scene, _, _ = _gradient_scene(output, wrt, checkpoint=checkpoint)
+    kept = [n for n in scene.forward if n in choose_checkpoints(output, checkpoint)]
+    scene.fill = dict.fromkeys(kept, KEPT_FILL)
+    scene.recomputed = {n for n in scene.gradient if is_recomputed(n)}
+    legend = (
+        f"{_count(kept, 'checkpoint')} kept (green, bold), "
+        f"{_count(scene.recomputed, 'value')} recomputed (violet), gradient (orange)"
+    )
+    scene.caption = legend if title is None else f"{title}: {legend}"
+    return Drawing(_to_dot(scene, "draw_checkpointed", max_nodes, collapse))
+
+
+def _count(items: Sequence | set, word: str) -> str:
+    return f"{len(items)} {word}" + ("" if len(items) == 1 else "s")
+
+
+def draw_memory(
+    plans: MemoryPlan | Mapping[str, MemoryPlan | Sequence[float]],
+    *,
+    title: str | None = None,
+    figsize: tuple[float, float] = (7, 3.5),
+) -> Any:
+    """The memory timeline: bytes live while each step runs (``MemoryPlan.timeline()``),
+    in MiB against the step, the peak of each curve marked and given in the legend.
+    Returns the matplotlib Figure: Jupyter shows it; ``.savefig("fig.pdf")`` writes it.
+
+    ``plans``: one plan, drawn as its three curves (every value kept, each value freed
+    after its last use, the planned buffers); or a dict of labels to plans, each drawn
+    as its planned curve (its ``peak_bytes``), or to lists of bytes per step, such as
+    ``plan.timeline()["naive"]``, to compare plain, planned and checkpointed runs.
+
+    >>> import numpy as np, autodiff as ad
+    >>> x = ad.Variable("x")
+    >>> y = ad.sin(ad.exp(x)) * 2
+    >>> figure = draw_memory(ad.memory.plan([y], {x: np.zeros(1000)}))
+    >>> for text in figure.axes[0].get_legend().get_texts():
+    ...     print(text.get_text())
+    every value kept (naive): peak 0.02 MiB
+    freed after last use: peak 0.02 MiB
+    planned (shared buffers): peak 0.01 MiB
+    """
+    import matplotlib.pyplot as plt
+
+    curves = _memory_curves(plans)
+    figure, ax = plt.subplots(figsize=figsize)
+    plt.close(figure)  # not left to pyplot: Jupyter shows the returned figure once
+    for label, series in curves.items():
+        mib = [b / MIB for b in series]
+        peak = max(mib, default=0.0)
+        (line,) = ax.plot(mib, label=f"{label}: peak {peak:.2f} MiB")
+        if mib:  # a dot on the (first) step that holds the peak
+            ax.scatter([mib.index(peak)], [peak], color=line.get_color(), zorder=3)
+    ax.set_xlabel("step (ops in execution order)")
+    ax.set_ylabel("memory live (MiB)")
+    if title:
+        ax.set_title(title)
+    ax.legend()
+    figure.tight_layout()
+    return figure
+
+
+def _memory_curves(plans) -> dict[str, Sequence[float]]:
+    """Label -> bytes per step, for ``draw_memory``."""
+    if isinstance(plans, MemoryPlan):
+        timeline = plans.timeline()
+        return {
+            "every value kept (naive)": timeline["naive"],
+            "freed after last use": timeline["freed"],
+            "planned (shared buffers)": timeline["planned"],
+        }
+    if not isinstance(plans, Mapping):
+        raise TypeError(
+            f"draw_memory: pass a MemoryPlan (ad.memory.plan(outputs, feed)) or a dict "
+            f"of labels to plans, got {type(plans).__name__}."
+        )
+    curves: dict[str, Sequence[float]] = {}
+    for label, plan in plans.items():
+        if isinstance(plan, MemoryPlan):
+            curves[str(label)] = plan.timeline()["planned"]
+            continue
+        try:
+            curves[str(label)] = [float(b) for b in plan]
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"draw_memory: {label!r} is a {type(plan).__name__}; give a MemoryPlan, "
+                f"or a list of bytes per step such as plan.timeline()['naive']."
+            ) from None
+    return curves
+
+
 def draw_levels(*nodes: Node, max_nodes: int = MAX_NODES, title: str | None = None) -> Drawing:
     """The forward graph in rows: row k holds ``ad.memory.levels(nodes)[k]``, the nodes
     whose inputs are all in lower rows. Each row could run at once, in parallel; the
@@ -227,7 +350,12 @@ def draw_levels(*nodes: Node, max_nodes: int = MAX_NODES, title: str | None = No
 
 
 def _gradient_scene(
-    output: Node, wrt: Sequence[Node], reads: str, values: bool, digits: int
+    output: Node,
+    wrt: Sequence[Node],
+    reads: str = "label",
+    values: bool = True,
+    digits: int = 4,
+    checkpoint=None,
 ) -> tuple[_Scene, list[AdjointStep], Node]:
     wrt = list(wrt)
     if not wrt:
@@ -238,7 +366,7 @@ def _gradient_scene(
     if reads not in READS:
         raise ValueError(f"reads must be one of {READS}, got {reads!r}.")
     steps: list[AdjointStep] = []
-    results = gradients(output, wrt, steps=steps)
+    results = gradients(output, wrt, checkpoint=checkpoint, steps=steps)
     forward = find_topo_sort([output, *wrt])
     in_forward = set(forward)
     # Only what a result needs: an adjoint no result reads is built, never computed.
@@ -605,7 +733,8 @@ class _Drawer:
                 if x in self.in_gradient:
                     # Written head to tail with dir=back: the gradient graph flows down,
                     # from the seed at the top to the inputs' adjoints at the bottom.
-                    attrs = {"color": GRADIENT, "dir": "back"}
+                    colour = RECOMPUTED if node in self.scene.recomputed else GRADIENT
+                    attrs = {"color": colour, "dir": "back"}
                     self.add_edge(graph, node, x, attrs, hidden=node in self.scene.hidden)
         results = [self.id(n) for n in self.scene.results if n in self.in_gradient]
         self.line_up(graph, list(dict.fromkeys(results)))  # the gradients asked for
@@ -683,6 +812,8 @@ class _Drawer:
             attrs["fillcolor"] = GRADIENT_FILL if gradient else LEAF_FILL
         if gradient:
             attrs.update(color=GRADIENT, fontcolor=GRADIENT)
+        if node in self.scene.recomputed:
+            attrs.update(color=RECOMPUTED, fontcolor=RECOMPUTED, fillcolor=RECOMPUTED_FILL)
         if node in self.scene.fill:
             styles.append("filled")
             attrs["fillcolor"] = self.scene.fill[node]
