@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from weakref import WeakSet
+from weakref import WeakKeyDictionary
 
 from .graph import Node, find_topo_sort
 
 # The copies that checkpointing recomputes (weakly held: they go with their graph).
-_copies: WeakSet[Node] = WeakSet()
+_copies: WeakKeyDictionary[Node, Node] = WeakKeyDictionary()  # copy: what it copies
 
 
 def longest_chain(topo_order: Sequence[Node]) -> list[Node]:
@@ -144,7 +144,7 @@ class Recomputation:
                 inputs = [self.value(x) for x in n.inputs]
                 self.copies[n] = type(n.op).apply(*inputs, **n.attrs)
                 self.copies[n].name = f"recomputed {n.name}"
-                _copies.add(self.copies[n])
+                _copies[self.copies[n]] = n
         return self.copies[node]
 
 
@@ -159,3 +159,8 @@ def is_recomputed(node: Node) -> bool:
     ['recomputed tanh']
     """
     return node in _copies
+
+
+def original_of(node: Node) -> Node | None:
+    """The forward node that the recomputed ``node`` is a copy of (None if it is none)."""
+    return _copies.get(node)

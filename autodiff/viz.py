@@ -36,7 +36,7 @@ from typing import Any
 import graphviz
 
 from . import backend, renderer
-from .checkpoint import choose_checkpoints, is_recomputed
+from .checkpoint import choose_checkpoints, is_recomputed, original_of
 from .executor import Executor
 from .gradients import AdjointStep, gradients
 from .graph import Constant, Node, find_topo_sort, levels
@@ -609,13 +609,18 @@ def _number(x: float, digits: int) -> str:
     return f"{x + 0:.{digits}g}"  # (+ 0: a -0.0 reads 0)
 
 
-def _label(node: Node, scene: _Scene, gradient: bool, reads: Sequence[Node] = ()) -> str:
-    """A node's label, a line each: the op's symbol; its name, or whose adjoint it is,
-    with its value; the forward values it ``reads``; its settings; its shape."""
+def _label(
+    node: Node, scene: _Scene, gradient: bool, reads: Sequence[Node] = (), inline: bool = False
+) -> str:
+    """A node's label, a line each: the op's symbol (with the numbers it takes written
+    in, ``1 −``, if ``inline``); its name, or whose adjoint it is, with its value; the
+    forward values it ``reads``; its settings; its shape."""
     value = _short_value(scene.values.get(node), scene.digits)
     adjoints = scene.adjoint_of.get(node, [])
     if adjoints:
         head = "adjoint of " + ", ".join(_title(n, scene.names) for n in adjoints)
+    elif (original := original_of(node)) is not None:
+        head = f"recomputed {_title(original, scene.names)}"
     elif isinstance(node.op, Constant) and node.name == "constant" and value is not None:
         head, value = value, None  # a number written in the program: its value says it
     elif not gradient or node.op.is_leaf or node.name != node.op.name:
@@ -623,6 +628,10 @@ def _label(node: Node, scene: _Scene, gradient: bool, reads: Sequence[Node] = ()
     else:
         head = ""  # a step of the gradient: its op and value say what it is
     lines = [] if node.op.is_leaf else [_symbol(node)]
+    if inline:  # the number it takes, written in: 1 − (y * y), (...) × 2
+        first = _is_number(node.inputs[0])
+        number = _title(node.inputs[0 if first else 1], {})
+        lines = [f"{number} {lines[0]}" if first else f"{lines[0]} {number}"]
     lines.append(head if value is None else f"{head} = {value}".strip())
     if reads:
         lines.append("reads " + ", ".join(dict.fromkeys(_title(x, scene.names) for x in reads)))
@@ -630,6 +639,25 @@ def _label(node: Node, scene: _Scene, gradient: bool, reads: Sequence[Node] = ()
     if node.shape and _short_value(scene.values.get(node), scene.digits) is None:
         lines.append(str(tuple(node.shape)))  # (a value shown says its shape)
     return _lines(lines)
+
+
+def _is_number(node: Node) -> bool:
+    """A number written in the program (or by a gradient rule), not a named constant."""
+    return isinstance(node.op, Constant) and node.name == "constant" and node.shape == ()
+
+
+def _takes_a_number(node: Node) -> bool:
+    """An op of two inputs, one of them a number: drawn as ``1 −`` or ``× 2``."""
+    return len(node.inputs) == 2 and sum(map(_is_number, node.inputs)) == 1
+
+
+def _inlined_numbers(gradient: list[Node]) -> set[Node]:
+    """Numbers the gradient rules wrote (1 in 1 - y * y), written into their readers'
+    labels rather than drawn (unless a reader cannot take them so)."""
+    part = set(gradient)
+    readers = [n for n in gradient if any(map(_is_number, n.inputs))]
+    numbers = {x for n in readers for x in n.inputs if x in part and _is_number(x)}
+    return numbers - {x for n in readers if not _takes_a_number(n) for x in n.inputs}
 
 
 def _lines(texts: list[str]) -> str:
@@ -659,6 +687,7 @@ def _to_dot(
             folded.update(chains)
             sides.update(side)
     count = len(ids) - len(folded) + len(set(folded.values()))
+    count -= len(_inlined_numbers(scene.gradient) - set(folded))
     if count > max_nodes:
         _refuse(function, count, max_nodes, collapse)
     graph = graphviz.Digraph("autodiff")
@@ -707,6 +736,7 @@ class _Drawer:
     def __init__(self, scene: _Scene, ids: dict[Node, str], folded: dict[Node, str], align: bool):
         self.scene, self.ids, self.folded, self.align = scene, ids, folded, align
         self.in_gradient, self.in_forward = set(scene.gradient), set(scene.forward)
+        self.inlined = _inlined_numbers(scene.gradient)
         self.edges: set[tuple[str, str]] = set()
         self.chains: dict[str, list[Node]] = {}
         self.sides: set[Node] = set()
@@ -728,9 +758,11 @@ class _Drawer:
 
     def add_gradient(self, graph: graphviz.Digraph) -> None:
         for node in self.scene.gradient:
+            if node in self.inlined:
+                continue
             self.add_node(graph, node, gradient=True)
             for x in node.inputs:
-                if x in self.in_gradient:
+                if x in self.in_gradient and x not in self.inlined:
                     # Written head to tail with dir=back: the gradient graph flows down,
                     # from the seed at the top to the inputs' adjoints at the bottom.
                     colour = RECOMPUTED if node in self.scene.recomputed else GRADIENT
@@ -802,7 +834,8 @@ class _Drawer:
                 graph.node(node_id, label=label, style="rounded,dashed", **colour)
             return
         reads = self.reads(node) if gradient and self.scene.reads == "label" else []
-        attrs = {"label": _label(node, self.scene, gradient, reads)}
+        inline = any(x in self.inlined for x in node.inputs)
+        attrs = {"label": _label(node, self.scene, gradient, reads, inline)}
         if node_id in self.scene.sizes:
             attrs["width"], attrs["height"] = self.scene.sizes[node_id]
             attrs["fixedsize"] = "true"

@@ -171,11 +171,13 @@ def test_draw_checkpointed_colours_checkpoints_recomputed_values_and_the_gradien
         assert node["label"].startswith("tanh")
     for node in violet:
         assert node["cluster"] == "cluster_gradient"
-        assert node["fillcolor"] == viz.RECOMPUTED_FILL and "recomputed tanh" in node["label"]
+        assert node["fillcolor"] == viz.RECOMPUTED_FILL and "recomputed v" in node["label"]
     (dx,) = ad.gradients(loss, [x], checkpoint=checkpoint)
     forward = set(ad.find_topo_sort([loss]))
     gradient = [n for n in ad.find_topo_sort([dx]) if n not in forward]
-    assert len(orange) + len(violet) == len(gradient)
+    ones = [n for n in gradient if n.op.name == "constant"]  # each 1 of 1 - y * y: "1 −"
+    assert len(ones) == layers and {n.value for n in ones} == {1}
+    assert len(orange) + len(violet) == len(gradient) - len(ones)
     assert all(n["cluster"] == "cluster_gradient" for n in orange)
     # The dashed links: the gradient graph reads checkpoints, x and the loss, nothing else.
     read = {id(t) for t, _, e in edges if e.get("style") == "dashed"}

@@ -150,3 +150,18 @@ def test_ln_is_log_and_a_misspelt_function_gets_a_suggestion():
         parse("sinh(x)", {})
     with pytest.raises(ExpressionError, match=r"refused a call of 'open': the functions"):
         parse("open(x)", {})
+
+
+def test_numbers_a_gradient_rule_writes_are_written_into_their_readers():
+    # tanh's rule: dy * (1 - y * y). Its 1 is drawn as "1 −", not as a node of its own
+    # (a checkpointed chain of six tanh had six separate "1" nodes).
+    x = ad.tensor(0.5, name="x")
+    y = ad.tanh(ad.tanh(x))
+    found = labels(viz.side_by_side(y, [x]))
+    assert sum(label[0] == "1 −" for label in found) == 2
+    assert ["1"] not in found
+    h = ad.Variable("h")
+    chain = ad.tanh(ad.tanh(ad.tanh(ad.tanh(h))))
+    found = labels(viz.draw_checkpointed(chain, [h], checkpoint=2))
+    recomputed = [label for label in found if any(line.startswith("recomputed") for line in label)]
+    assert [label[1] for label in recomputed] == ["recomputed v3", "recomputed v1"]
