@@ -24,6 +24,9 @@ examples:
       forward graph and gradient graph side by side, as in the lecture
   python -m autodiff render "x**2*y + y + 2" --at x=3 y=4 -o classic.svg
       the same with values: each node shows its value, each adjoint its gradient
+  python -m autodiff render "x**2*y + y + 2" --at x=3 y=4 --reads edges --digits 2 \\
+      -o classic.png --scale 2
+      the forward values each gradient node reads as dashed links, values to 2 digits
   python -m autodiff render "tanh(matmul(x, W) + b)" --at "x=[[1,2]]" \\
       "W=[[1,0],[0,1]]" "b=[0.5,0.5]" --wrt W b -o layer.pdf
       a matmul layer, as PDF
@@ -88,9 +91,27 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="enlarge a .png or .gif: 2 is twice as wide and high, for a projector",
     )
+    render.add_argument(
+        "--reads",
+        choices=viz.READS,
+        default="label",
+        help="the forward values a gradient node reads: named in its label (default), "
+        "drawn as dashed links (edges: small graphs), or not shown",
+    )
+    render.add_argument(
+        "--digits", type=digits, default=4, help="significant digits of the values shown (4)"
+    )
+    render.add_argument("--no-values", action="store_true", help="show no values")
     render.add_argument("--max-nodes", type=int, default=viz.MAX_NODES)
     render.add_argument("--collapse", action="store_true", help="fold chains of ops into one")
     return parser
+
+
+def digits(text: str) -> int:
+    """``--digits``' value: a whole number from 1 to 17."""
+    if not text.isdigit() or not 1 <= int(text) <= 17:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of digits from 1 to 17")
+    return int(text)
 
 
 def positive(text: str) -> float:
@@ -163,16 +184,19 @@ def render(args: argparse.Namespace) -> list[str]:
             raise UsageError(f"--wrt {name}: the expression has no variable {name!r} ({found}).")
     nodes = [variables[name] for name in wrt]
     if args.mode == "steps":
-        steps = viz.backward_steps(output, nodes, max_nodes=args.max_nodes)
+        steps = viz.backward_steps(
+            output, nodes, max_nodes=args.max_nodes, reads=args.reads, digits=args.digits
+        )
         for drawing in steps:
             drawing.renderer = args.renderer
         return [str(path) for path in steps.save(args.output, args.scale)]
-    options = {"max_nodes": args.max_nodes, "collapse": args.collapse}
+    options = {"max_nodes": args.max_nodes, "collapse": args.collapse, "digits": args.digits}
+    options["values"] = not args.no_values
     title = args.title or args.expression
     if args.mode == "forward":
         drawing = viz.draw(output, title=title, **options)
     else:
-        drawing = viz.side_by_side(output, nodes, title=title, **options)
+        drawing = viz.side_by_side(output, nodes, title=title, reads=args.reads, **options)
     drawing.renderer = args.renderer
     return [str(drawing.save(args.output, args.scale))]
 

@@ -182,6 +182,8 @@ def draw(
 
 
 def _forward_scene(forward: list[Node], values: bool, digits: int) -> _Scene:
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 17:
+        raise ValueError(f"digits must be a whole number from 1 to 17, got {digits!r}.")
     shown = _values_of(forward) if values else {}
     return _Scene(forward, names=_short_names(forward), values=shown, digits=digits)
 

@@ -165,3 +165,21 @@ def test_numbers_a_gradient_rule_writes_are_written_into_their_readers():
     found = labels(viz.draw_checkpointed(chain, [h], checkpoint=2))
     recomputed = [label for label in found if any(line.startswith("recomputed") for line in label)]
     assert [label[1] for label in recomputed] == ["recomputed v3", "recomputed v1"]
+
+
+def test_the_command_line_takes_reads_digits_and_no_values(tmp_path, capsys):
+    out = tmp_path / "f.svg"
+    common = ["render", "log(x) * y", "--at", "x=2", "y=3", "-o", str(out)]
+    assert main([*common, "--reads", "edges", "--digits", "2"]) == 0
+    svg = out.read_text()
+    assert "stroke-dasharray" in svg and "reads" not in svg  # dashed links, no labels
+    assert "adjoint of x = 1.5" in svg and "v1 = 0.69" in svg  # d(y log x)/dx = y / x
+    assert main([*common, "--no-values"]) == 0
+    svg = out.read_text()
+    assert "reads" in svg and " = " not in svg
+    with pytest.raises(SystemExit) as refused:  # (argparse: usage, then status 2)
+        main([*common, "--digits", "0"])
+    assert refused.value.code == 2
+    assert "number of digits from 1 to 17" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="digits must be a whole number"):
+        viz.draw(ad.tensor(1.0), digits=0)
