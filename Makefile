@@ -1,6 +1,7 @@
 # The kit's commands. Everything runs inside .venv, made once from any Python >= 3.11.
 #   make lab    open the course in JupyterLab        make test   run every test
 #   make bench  run the speed comparisons             make lint   ruff + mypy
+#   make figures  draw the README's figures again (docs/figures/)
 # Grading (README.md, "Grading"): make release (also to the nbgrader exchange), collect
 #   (the exchange, or ZIP=... an LMS download), autograde, feedback, grades, restore
 #   (copies of the gradebook and of folders); make student-kit: what students get;
@@ -13,7 +14,7 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 	2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: hub lab test bench bench-gpu lint format clean release collect autograde autograde-container validate feedback grades restore student-kit
+.PHONY: hub lab test bench bench-gpu figures lint format clean release collect autograde autograde-container validate feedback grades restore student-kit
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: the kit needs Python 3.11 or newer on PATH" \
@@ -147,13 +148,16 @@ bench: $(VENV)/.installed-bench
 bench-gpu: $(VENV)/.installed-bench $(VENV)/.installed-gpu
 	$(BIN)/python benchmarks/bench_gpu.py
 
+figures: $(VENV)/.installed-dev
+	$(BIN)/python docs/figures.py
+
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check autodiff tests benchmarks
-	$(BIN)/ruff format --check autodiff tests benchmarks
+	$(BIN)/ruff check autodiff tests benchmarks docs
+	$(BIN)/ruff format --check autodiff tests benchmarks docs
 	$(BIN)/mypy
 
 format: $(VENV)/.installed-dev
-	$(BIN)/ruff format autodiff tests benchmarks
+	$(BIN)/ruff format autodiff tests benchmarks docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache .mypy_cache
