@@ -638,8 +638,10 @@ def _label(
     if reads:
         lines.append("reads " + ", ".join(dict.fromkeys(_title(x, scene.names) for x in reads)))
     lines.append(_attrs_text(node) or "")
-    if node.shape and _short_value(scene.values.get(node), scene.digits) is None:
-        lines.append(str(tuple(node.shape)))  # (a value shown says its shape)
+    shown = scene.values.get(node)  # (a value computed for the picture has a shape too)
+    shape = node.shape if shown is None else getattr(shown, "shape", ())
+    if shape and _short_value(shown, scene.digits) is None:
+        lines.append(str(tuple(shape)))  # (a value shown says its shape)
     return _lines(lines)
 
 

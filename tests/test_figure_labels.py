@@ -183,3 +183,11 @@ def test_the_command_line_takes_reads_digits_and_no_values(tmp_path, capsys):
     assert "number of digits from 1 to 17" in capsys.readouterr().err
     with pytest.raises(ValueError, match="digits must be a whole number"):
         viz.draw(ad.tensor(1.0), digits=0)
+
+
+def test_gradient_nodes_computed_for_the_picture_show_their_shape():
+    logits = ad.tensor(np.ones((4, 3)), name="logits")
+    loss = ad.softmax_cross_entropy_composed(logits, [0, 2, 1, 1])
+    found = labels(viz.side_by_side(loss, [logits]))
+    spread = next(label for label in found if label[0] == "broadcast_like")
+    assert spread[-1] == "(4, 3)"  # too many numbers to show: its shape instead
