@@ -343,12 +343,21 @@ def cross_entropy_gradients(draw):
     logits, indices, probs = draw(logits_and_labels())
     loss_grad = draw(arrays((), floats(0.2, 2.0)))
     gradient = ad.ops.losses.softmax_cross_entropy_gradient
+    # Handed the loss of these logits, the op takes the softmax its forward pass left.
+    handed = draw(st.booleans())
     if draw(st.booleans()):  # class indices: differentiate the logits and dL
         one_hot = np.eye(logits.shape[-1])[indices]
+        loss = (lambda z: ad.softmax_cross_entropy(z, indices)) if handed else (lambda z: None)
         return Case(
-            lambda z, g: gradient(z, indices, g),
+            lambda z, g: gradient(z, indices, g, loss(z)),
             [logits, loss_grad],
             lambda z, g: np_cross_entropy_gradient(z, one_hot, g),
+        )
+    if handed:
+        return Case(
+            lambda z, p, g: gradient(z, p, g, ad.softmax_cross_entropy(z, p)),
+            [logits, probs, loss_grad],
+            np_cross_entropy_gradient,
         )
     return Case(gradient, [logits, probs, loss_grad], np_cross_entropy_gradient)
 

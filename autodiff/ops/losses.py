@@ -189,10 +189,13 @@ class SoftmaxCrossEntropy(Op):
         if labels.dtype.kind in "iu":  # -log_softmax at each row's class: lse - z[class]
             picked = z[xp.arange(len(z)), in_range(labels, failed, z).reshape(-1)]
             loss = (lse - picked).sum() / len(z)
-            return loss if failed is None else xp.where(failed, xp.nan, loss)
-        # sum(P * (lse - z)) row by row, in the dtype they meet in (no log_softmax array).
-        p = rows_of(labels).astype(xp.result_type(labels, z), copy=False)
-        return (row_sums(p) * lse - xp.einsum("ij,ij->i", p, z)).sum() / len(z)
+            loss = loss if failed is None else xp.where(failed, xp.nan, loss)
+        else:  # sum(P * (lse - z)) row by row, in the dtype they meet in (no log_softmax).
+            p = rows_of(labels).astype(xp.result_type(labels, z), copy=False)
+            loss = (row_sums(p) * lse - xp.einsum("ij,ij->i", p, z)).sum() / len(z)
+        _saved.clear()  # the latest only: nothing piles up
+        _saved[id(loss)] = (loss, logits, labels, failed, exps, sums)
+        return loss
 
     def compute_empty(self, logits, labels):  # the definition itself, for no logits
         rows, xp = logits.size // logits.shape[-1], namespace(logits)
@@ -211,7 +214,7 @@ class SoftmaxCrossEntropy(Op):
     def gradient(self, node, output_grad):
         logits, labels = node.inputs
         d_labels = -log_softmax(logits) * (output_grad / row_count(logits))
-        return [softmax_cross_entropy_gradient(logits, labels, output_grad), d_labels]
+        return [softmax_cross_entropy_gradient(logits, labels, output_grad, node), d_labels]
 
     def jvp(self, node, logits_dot, labels_dot):
         logits, labels = node.inputs
@@ -229,16 +232,23 @@ class SoftmaxCrossEntropyGradient(Op):
     d(dL) = sum(G * (Y * S - P)) / rows;   written with fine ops (second derivatives).
 
     It computes in few passes over memory (``row_exps``): the lesson of coarse ops.
+    Its optional fourth input, the loss these logits gave, lets it take the exponentials
+    the loss's forward pass computed, instead of computing them again (``_saved``).
     """
 
     name = "softmax_cross_entropy_gradient"
     integer_inputs = (1,)
 
-    def compute(self, logits, labels, output_grad):
-        failed, xp = check_labels(labels, logits), namespace(logits)
-        if logits.size == 0:
-            return xp.zeros_like(logits)
-        exps, sums, _ = row_exps(rows_of(logits))
+    def compute(self, logits, labels, output_grad, loss=None):
+        xp = namespace(logits)
+        saved = _take_saved(loss, logits, labels)  # (its forward pass checked the labels)
+        if saved is None:  # not handed the loss computed from these logits: compute
+            failed = check_labels(labels, logits)
+            if logits.size == 0:
+                return xp.zeros_like(logits)
+            exps, sums, _ = row_exps(rows_of(logits))
+        else:
+            failed, exps, sums = saved
         scale = output_grad / len(exps)  # dL / rows
         if labels.dtype.kind in "iu":  # softmax, minus 1 at each row's class; times scale
             exps *= (scale / sums)[:, None]
@@ -251,23 +261,23 @@ class SoftmaxCrossEntropyGradient(Op):
             exps *= scale
         return exps.reshape(logits.shape)
 
-    def infer(self, logits, labels, output_grad):
+    def infer(self, logits, labels, output_grad, loss=None):
         return Spec(logits.shape, logits.dtype)
 
     def gradient(self, node, output_grad):
-        logits, labels, loss_grad = node.inputs
+        logits, labels, loss_grad = node.inputs[:3]  # (the loss: no gradient through it)
         probs, scale = softmax(logits), loss_grad / row_count(logits)
         mass = label_mass(logits, labels)
         weighted = output_grad * scale if mass is None else output_grad * (mass * scale)
         d_logits = probs * (weighted - sum(weighted * probs, axis=-1, keepdims=True))
         d_loss_grad = sum(output_grad * logits_adjoint(logits, labels)) / row_count(logits)
-        if mass is None:
-            return [d_logits, None, d_loss_grad]
-        d_labels = (sum(output_grad * probs, axis=-1, keepdims=True) - output_grad) * scale
-        return [d_logits, d_labels, d_loss_grad]
+        d_labels = None
+        if mass is not None:
+            d_labels = (sum(output_grad * probs, axis=-1, keepdims=True) - output_grad) * scale
+        return [d_logits, d_labels, d_loss_grad, None][: len(node.inputs)]
 
-    def jvp(self, node, logits_dot, labels_dot, loss_grad_dot):
-        logits, labels, loss_grad = node.inputs
+    def jvp(self, node, logits_dot, labels_dot, loss_grad_dot, loss_dot=None):
+        logits, labels, loss_grad = node.inputs[:3]
         probs, scale = softmax(logits), loss_grad / row_count(logits)
         mass = label_mass(logits, labels)
         moved = probs * (logits_dot - sum(probs * logits_dot, axis=-1, keepdims=True))
@@ -280,9 +290,28 @@ class SoftmaxCrossEntropyGradient(Op):
         return tangent
 
 
-def softmax_cross_entropy_gradient(logits, labels, output_grad, *, name=None) -> Node:
-    """(softmax(logits) * S - P) * output_grad / rows: ``SoftmaxCrossEntropyGradient``."""
-    return SoftmaxCrossEntropyGradient.apply(logits, labels, output_grad, name=name)
+def softmax_cross_entropy_gradient(logits, labels, output_grad, loss=None, *, name=None) -> Node:
+    """(softmax(logits) * S - P) * output_grad / rows: ``SoftmaxCrossEntropyGradient``.
+    ``loss``, the ``softmax_cross_entropy`` node of these logits and labels: handed it,
+    the op takes the exponentials that the loss's forward pass left (``_saved``)."""
+    inputs = (logits, labels, output_grad) if loss is None else (logits, labels, output_grad, loss)
+    return SoftmaxCrossEntropyGradient.apply(*inputs, name=name)
+
+
+# The exponentials of the latest forward pass of softmax_cross_entropy, left for its
+# gradient op (as PyTorch's backward reads what its forward saved): (loss, logits,
+# labels, failed, exps, sums), by the loss value's id. The gradient op takes them, once,
+# when it is handed that very loss value with those very logits and labels; any other
+# computes its own. One at a time, so nothing piles up (dict.pop: atomic in threads).
+_saved: dict[int, tuple] = {}
+
+
+def _take_saved(loss, logits, labels) -> tuple | None:
+    """(failed, exps, sums) that the forward pass of ``loss`` left, or None."""
+    saved = None if loss is None else _saved.pop(id(loss), None)
+    if saved is None or saved[0] is not loss or saved[1] is not logits or saved[2] is not labels:
+        return None
+    return saved[3:]
 
 
 def row_count(logits: Node) -> Node:
