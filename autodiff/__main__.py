@@ -115,12 +115,12 @@ def digits(text: str) -> int:
 
 
 def positive(text: str) -> float:
-    """``--scale``'s value: a number above 0."""
+    """``--scale``'s value: a number above 0 (and not infinite)."""
     try:
         number = float(text)
     except ValueError:
         number = 0
-    if not number > 0:
+    if not 0 < number < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number, e.g. 2")
     return number
 
