@@ -115,12 +115,12 @@ def digits(text: str) -> int:
 
 
 def positive(text: str) -> float:
-    """``--scale``'s value: a number above 0."""
+    """``--scale``'s value: a number above 0 (and not infinite)."""
     try:
         number = float(text)
     except ValueError:
         number = 0
-    if not number > 0:
+    if not 0 < number < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number, e.g. 2")
     return number
 
@@ -184,8 +184,15 @@ def render(args: argparse.Namespace) -> list[str]:
             raise UsageError(f"--wrt {name}: the expression has no variable {name!r} ({found}).")
     nodes = [variables[name] for name in wrt]
     if args.mode == "steps":
+        if args.collapse:
+            raise UsageError("--collapse folds a picture's chains; --mode steps shows each node.")
         steps = viz.backward_steps(
-            output, nodes, max_nodes=args.max_nodes, reads=args.reads, digits=args.digits
+            output,
+            nodes,
+            max_nodes=args.max_nodes,
+            reads=args.reads,
+            digits=args.digits,
+            values=not args.no_values,
         )
         for drawing in steps:
             drawing.renderer = args.renderer

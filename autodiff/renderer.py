@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import shutil
 import subprocess
 
@@ -69,7 +70,7 @@ def check_scale(format: str, scale: float) -> None:
     Traceback (most recent call last):
     ValueError: scale=2 enlarges PNG and GIF pictures only, not PDF (SVG and PDF are ...
     """
-    if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale < math.inf:
         raise ValueError(f"scale must be a positive number, e.g. 2, got {scale!r}.")
     if scale != 1 and format not in ("png", "gif"):
         raise ValueError(
@@ -111,6 +112,9 @@ def _render_with_dot(source: str, format: str, scale: float) -> bytes:
     except subprocess.CalledProcessError as exc:
         stderr = exc.stderr.decode(errors="replace")
         raise RendererError(f"dot -T{format} could not draw this graph: {stderr}") from exc
+    if not done.stdout:  # (a PNG at a tiny scale: a warning, and no picture)
+        stderr = done.stderr.decode(errors="replace").strip()
+        raise RendererError(f"dot -T{format} drew nothing: {stderr}")
     return done.stdout
 
 

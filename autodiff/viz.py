@@ -347,7 +347,8 @@ def draw_levels(*nodes: Node, max_nodes: int = MAX_NODES, title: str | None = No
     """
     if not nodes or not all(isinstance(n, Node) for n in nodes):
         raise TypeError("draw_levels: pass one or more Nodes, e.g. draw_levels(loss).")
-    scene = _Scene(find_topo_sort(nodes), outputs=list(nodes), caption=title)
+    scene = _forward_scene(find_topo_sort(nodes), values=False, digits=4)
+    scene.outputs, scene.caption = list(nodes), title
     return Drawing(_to_dot(scene, "draw_levels", max_nodes, False, rows=levels(nodes)))
 
 
@@ -379,6 +380,9 @@ def _gradient_scene(
     for step in steps:  # one node can be several adjoints: + passes its adjoint on as is
         if step.adjoint not in in_forward:
             adjoint_of.setdefault(step.adjoint, []).append(step.node)
+    for x, result in zip(wrt, results, strict=True):  # a zero gradient: no step reached x
+        if result not in in_forward and x not in adjoint_of.get(result, []):
+            adjoint_of.setdefault(result, []).append(x)
     scene = _forward_scene(forward, values, digits)
     scene.gradient, scene.outputs, scene.results = gradient, [output], results
     scene.adjoint_of, scene.reads = adjoint_of, reads
@@ -481,14 +485,15 @@ def backward_steps(
     max_nodes: int = MAX_NODES,
     reads: str = "label",
     digits: int = 4,
+    values: bool = True,
 ):
     """The reverse pass as pictures, one per node in reverse topological order.
 
     Picture k shows the gradient graph as far as the engine has built it: the forward
     node whose adjoint is filled in and that adjoint (yellow), the contributions summed
     into it (orange), and what its gradient rule sent on to its inputs. Every picture
-    has the same layout, so stepping through them animates the algorithm. ``reads`` and
-    ``digits`` as in ``side_by_side``.
+    has the same layout, so stepping through them animates the algorithm. ``reads``,
+    ``values`` and ``digits`` as in ``side_by_side``.
 
     >>> import autodiff as ad
     >>> x = ad.tensor(3.0, name="x")
@@ -496,7 +501,14 @@ def backward_steps(
     >>> len(steps), steps.captions[-1]
     (2, "step 2 of 2: adjoint of 'x' = sum of 2 contributions")
     """
-    base, trace, seed = _gradient_scene(output, wrt, reads, True, digits)
+    base, trace, seed = _gradient_scene(output, wrt, reads, values, digits)
+    if not trace:
+        names = ", ".join(_title(x, base.names) for x in wrt)
+        raise ValueError(
+            f"backward_steps: no gradient flows from the output to {names} (their "
+            f"gradients are zeros): the reverse pass has no steps to show. "
+            f"side_by_side(output, wrt) draws the zero gradients."
+        )
     scenes = []
     in_gradient = set(base.gradient)
     for k, step in enumerate(trace):
@@ -547,13 +559,13 @@ def _step_caption(k: int, count: int, step: AdjointStep, names: dict[Node, str])
 # Labels ---------------------------------------------------------------------------------
 
 
-def _title(node: Node, names: dict[Node, str]) -> str:
+def _title(node: Node, names: dict[Node, str], digits: int = 4) -> str:
     """What a node is called in labels and captions: its short name (v3), its own name,
-    or, for a number written in the program, that number."""
+    or, for a number written in the program, that number (to ``digits`` digits)."""
     if node in names:
         return names[node]
     if isinstance(node.op, Constant) and node.name == "constant":
-        return _short_value(node.value, 4) or "constant"
+        return _short_value(node.value, digits) or "constant"
     return node.name if node.op.is_leaf or node.name != node.op.name else _symbol(node)
 
 
@@ -632,17 +644,26 @@ def _label(
     lines = [] if node.op.is_leaf else [_symbol(node)]
     if inline:  # the number it takes, written in: 1 − (y * y), (...) × 2
         first = _is_number(node.inputs[0])
-        number = _title(node.inputs[0 if first else 1], {})
+        number = _title(node.inputs[0 if first else 1], {}, scene.digits)
         lines = [f"{number} {lines[0]}" if first else f"{lines[0]} {number}"]
     lines.append(head if value is None else f"{head} = {value}".strip())
     if reads:
-        lines.append("reads " + ", ".join(dict.fromkeys(_title(x, scene.names) for x in reads)))
+        titles = (_title(x, scene.names, scene.digits) for x in reads)
+        lines.append("reads " + ", ".join(dict.fromkeys(titles)))
     lines.append(_attrs_text(node) or "")
-    shown = scene.values.get(node)  # (a value computed for the picture has a shape too)
-    shape = node.shape if shown is None else getattr(shown, "shape", ())
-    if shape and _short_value(shown, scene.digits) is None:
-        lines.append(str(tuple(shape)))  # (a value shown says its shape)
+    shape = _shape(node, scene)
+    if shape and value is None:
+        lines.append(str(shape))  # (a value shown says its shape)
     return _lines(lines)
+
+
+def _shape(node: Node, scene: _Scene) -> tuple | None:
+    """The node's shape, or that of the value computed for the picture (gradient nodes
+    get values for the picture only)."""
+    if node.shape is not None:
+        return tuple(node.shape)
+    shape = getattr(scene.values.get(node), "shape", None)
+    return None if shape is None else tuple(shape)
 
 
 def _is_number(node: Node) -> bool:
@@ -727,6 +748,8 @@ def _refuse(function: str, count: int, max_nodes: int, collapse: bool) -> None:
         if collapse
         else "or pass collapse=True to fold chains of ops (repeated layers) into one node each"
     )
+    if function == "backward_steps":  # (it shows every node: nothing to fold)
+        fold = "or step through a smaller graph"
     raise GraphTooLarge(
         f"{function}: the picture would have {count} nodes, more than max_nodes={max_nodes}. "
         f"Pass max_nodes={count} to draw it all (Graphviz lays out 500 nodes in seconds), "
@@ -865,8 +888,8 @@ class _Drawer:
         names = [n.op.name for n in chain if n not in self.sides]
         text = _repeats(names)
         small = f"{len(chain)} ops folded"
-        if last.shape:
-            small += f", {tuple(last.shape)}"
+        if shape := _shape(last, self.scene):
+            small += f", {shape}"
         return _lines([text, small])
 
 

@@ -2,6 +2,7 @@
 crashes lecturers met (an expression with no variables, an empty wrt, ln)."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -191,3 +192,47 @@ def test_gradient_nodes_computed_for_the_picture_show_their_shape():
     found = labels(viz.side_by_side(loss, [logits]))
     spread = next(label for label in found if label[0] == "broadcast_like")
     assert spread[-1] == "(4, 3)"  # too many numbers to show: its shape instead
+
+
+def test_a_zero_gradient_says_whose_adjoint_it_is_and_the_steps_explain_it():
+    x, y = ad.tensor(0.7, name="x"), ad.tensor(0.2, name="y")
+    found = labels(viz.side_by_side(ad.sin(x), [x, y]))
+    assert ["zeros_like", "adjoint of y = 0"] in found
+    with pytest.raises(ValueError, match=r"backward_steps: no gradient flows .* to y"):
+        viz.backward_steps(ad.sin(x), [y])  # was an IndexError
+
+
+def test_numbers_read_or_written_in_are_rounded_to_the_digits_asked():
+    x = ad.tensor(0.5, name="x")
+    for digits, third in ((2, "0.33"), (6, "0.333333")):
+        found = labels(viz.side_by_side(x * (1 / 3), [x], digits=digits))
+        flat = [line for label in found for line in label]
+        assert third in flat and f"reads {third}" in flat  # (reads said 0.3333)
+
+
+def test_draw_levels_names_each_op_once():
+    x = ad.tensor(np.array([0.3, 0.7]), name="x")
+    found = labels(viz.draw_levels(ad.sum(ad.exp(ad.sin(x)))))
+    assert ["sin", "v1", "(2,)"] in found
+    assert not any(label[:2] == ["sin", "sin"] for label in found)
+
+
+def test_gradient_values_too_large_to_show_give_their_shape():
+    x = ad.tensor(np.arange(5.0), name="x")
+    found = labels(viz.side_by_side(ad.sum(ad.sin(x) * x), [x]))
+    gradient = [label for label in found if label[0] in ("cos", "broadcast_like")]
+    assert gradient and all(label[-1] == "(5,)" for label in gradient)
+
+
+def test_the_command_line_steps_take_no_values_and_refuse_collapse(tmp_path, capsys):
+    out = tmp_path / "s.dot"
+    common = ["render", "x*sin(x)", "--at", "x=2", "--mode", "steps", "-o", str(out)]
+    assert main([*common, "--no-values"]) == 0
+    assert "adjoint of x" in (tmp_path / "s-03.dot").read_text()
+    assert not re.search(r"= -?[0-9]", (tmp_path / "s-03.dot").read_text())  # no values
+    assert main([*common, "--collapse"]) == 2
+    assert "--collapse" in capsys.readouterr().err
+    with pytest.raises(viz.GraphTooLarge) as refused:
+        x = ad.tensor(2.0, name="x")
+        viz.backward_steps(x * 3, [x], max_nodes=1)
+    assert "collapse" not in str(refused.value)

@@ -248,3 +248,22 @@ def test_python_messages_keep_python_arguments(no_dot, classic, tmp_path):
         viz.side_by_side(*classic).save(tmp_path / "f.pdf", scale=2)
     with pytest.raises(viz.GraphTooLarge, match=r"Pass max_nodes=\d+ .* collapse=True"):
         viz.side_by_side(*classic, max_nodes=3)
+
+
+@pytest.mark.parametrize("scale", [float("inf"), float("nan")])
+def test_a_scale_that_is_not_a_finite_number_is_refused(scale, tmp_path, capsys):
+    with pytest.raises(ValueError, match="scale must be a positive number"):
+        renderer.check_scale("png", scale)
+    x = ad.tensor(2.0, name="x")
+    with pytest.raises(ValueError, match="scale must be a positive number"):
+        viz.draw(x * x).save(tmp_path / "f.png", scale=scale)
+    with pytest.raises(SystemExit) as refused:  # (argparse: usage, then status 2)
+        main(["render", "x*x", "-o", str(tmp_path / "g.png"), "--scale", str(scale)])
+    assert refused.value.code == 2 and not (tmp_path / "g.png").exists()
+    assert "not a positive number" in capsys.readouterr().err
+
+
+def test_dot_drawing_nothing_is_an_error_not_an_empty_file():
+    require_dot()
+    with pytest.raises(renderer.RendererError, match="drew nothing"):
+        renderer.render("digraph { a -> b }", "png", "dot", scale=1e-9)
