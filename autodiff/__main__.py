@@ -102,9 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--digits", type=digits, default=4, help="significant digits of the values shown (4)"
     )
     render.add_argument("--no-values", action="store_true", help="show no values")
-    render.add_argument("--max-nodes", type=int, default=viz.MAX_NODES)
+    render.add_argument("--max-nodes", type=whole, default=viz.MAX_NODES)
     render.add_argument("--collapse", action="store_true", help="fold chains of ops into one")
     return parser
+
+
+def whole(text: str) -> int:
+    """``--max-nodes``' value: a whole number above 0."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0, e.g. 500")
+    return int(text)
 
 
 def digits(text: str) -> int:
@@ -193,6 +200,7 @@ def render(args: argparse.Namespace) -> list[str]:
             reads=args.reads,
             digits=args.digits,
             values=not args.no_values,
+            title=args.title,
         )
         for drawing in steps:
             drawing.renderer = args.renderer

@@ -245,6 +245,12 @@ def draw_checkpointed(
     >>> picture.source.count(RECOMPUTED_FILL), picture.source.count(KEPT_FILL)
     (3, 3)
     """
+    if checkpoint is None:
+        raise ValueError(
+            "draw_checkpointed: checkpoint=None keeps every forward value, so nothing is "
+            "recomputed: pass 'sqrt', an int k (every k-th op) or a list of nodes to keep, "
+            "or draw the plain gradient with side_by_side."
+        )
     scene, _, _ = _gradient_scene(output, wrt, checkpoint=checkpoint)
     kept = [n for n in scene.forward if n in choose_checkpoints(output, checkpoint)]
     scene.fill = dict.fromkeys(kept, KEPT_FILL)
@@ -268,7 +274,8 @@ def draw_memory(
     figsize: tuple[float, float] = (7, 3.5),
 ) -> Any:
     """The memory timeline: bytes live while each step runs (``MemoryPlan.timeline()``),
-    in MiB against the step, the peak of each curve marked and given in the legend.
+    in MiB (KiB when all stay below one) against the step, the peak of each curve
+    marked and given in the legend.
     Returns the matplotlib Figure: Jupyter shows it; ``.savefig("fig.pdf")`` writes it.
 
     ``plans``: one plan, drawn as its three curves (every value kept, each value freed
@@ -282,23 +289,25 @@ def draw_memory(
     >>> figure = draw_memory(ad.memory.plan([y], {x: np.zeros(1000)}))
     >>> for text in figure.axes[0].get_legend().get_texts():
     ...     print(text.get_text())
-    every value kept (naive): peak 0.02 MiB
-    freed after last use: peak 0.02 MiB
-    planned (shared buffers): peak 0.01 MiB
+    every value kept (naive): peak 23.44 KiB
+    freed after last use: peak 15.62 KiB
+    planned (shared buffers): peak 7.81 KiB
     """
     import matplotlib.pyplot as plt
 
     curves = _memory_curves(plans)
     figure, ax = plt.subplots(figsize=figsize)
     plt.close(figure)  # not left to pyplot: Jupyter shows the returned figure once
+    largest = max((max(series, default=0) for series in curves.values()), default=0)
+    unit, size = ("MiB", MIB) if largest >= MIB else ("KiB", 1024)  # (a lecture's plans)
     for label, series in curves.items():
-        mib = [b / MIB for b in series]
-        peak = max(mib, default=0.0)
-        (line,) = ax.plot(mib, label=f"{label}: peak {peak:.2f} MiB")
-        if mib:  # a dot on the (first) step that holds the peak
-            ax.scatter([mib.index(peak)], [peak], color=line.get_color(), zorder=3)
+        scaled = [b / size for b in series]
+        peak = max(scaled, default=0.0)
+        (line,) = ax.plot(scaled, label=f"{label}: peak {peak:.2f} {unit}")
+        if scaled:  # a dot on the (first) step that holds the peak
+            ax.scatter([scaled.index(peak)], [peak], color=line.get_color(), zorder=3)
     ax.set_xlabel("step (ops in execution order)")
-    ax.set_ylabel("memory live (MiB)")
+    ax.set_ylabel(f"memory live ({unit})")
     if title:
         ax.set_title(title)
     ax.legend()
@@ -320,12 +329,16 @@ def _memory_curves(plans) -> dict[str, Sequence[float]]:
             f"draw_memory: pass a MemoryPlan (ad.memory.plan(outputs, feed)) or a dict "
             f"of labels to plans, got {type(plans).__name__}."
         )
+    if not plans:
+        raise ValueError("draw_memory: the dict is empty: give it a label and a plan.")
     curves: dict[str, Sequence[float]] = {}
     for label, plan in plans.items():
         if isinstance(plan, MemoryPlan):
             curves[str(label)] = plan.timeline()["planned"]
             continue
         try:
+            if isinstance(plan, (str, bytes)):
+                raise TypeError
             curves[str(label)] = [float(b) for b in plan]
         except (TypeError, ValueError):
             raise TypeError(
@@ -486,6 +499,7 @@ def backward_steps(
     reads: str = "label",
     digits: int = 4,
     values: bool = True,
+    title: str | None = None,
 ):
     """The reverse pass as pictures, one per node in reverse topological order.
 
@@ -493,7 +507,7 @@ def backward_steps(
     node whose adjoint is filled in and that adjoint (yellow), the contributions summed
     into it (orange), and what its gradient rule sent on to its inputs. Every picture
     has the same layout, so stepping through them animates the algorithm. ``reads``,
-    ``values`` and ``digits`` as in ``side_by_side``.
+    ``values`` and ``digits`` as in ``side_by_side``; ``title`` leads each caption.
 
     >>> import autodiff as ad
     >>> x = ad.tensor(3.0, name="x")
@@ -521,6 +535,7 @@ def backward_steps(
         scene.hidden = in_gradient - set(visible)
         scene.fill = _step_fill(step)
         scene.caption = _step_caption(k, len(trace), step, base.names)
+        scene.caption = scene.caption if title is None else f"{title}: {scene.caption}"
         scenes.append(scene)
     # Labels grow as adjoints are filled in: every node gets the size of its last label,
     # so that the layout stays the same from step to step.
@@ -703,7 +718,8 @@ def _to_dot(
 ) -> str:
     ids = {node: f"n{i}" for i, node in enumerate(scene.forward + scene.gradient)}
     seeds = [g for g, of in scene.adjoint_of.items() if set(of) & set(scene.outputs)]
-    keep = {*scene.outputs, *scene.results, *seeds}
+    # (and what a picture marks: checkpoints, recomputed values)
+    keep = {*scene.outputs, *scene.results, *seeds, *scene.fill, *scene.recomputed}
     folded: dict[Node, str] = {}
     sides: set[Node] = set()  # folded with a chain, but not part of its pattern
     if collapse:
@@ -886,8 +902,11 @@ class _Drawer:
     def folded_label(self, last: Node) -> str:
         chain = self.chains[self.ids[last]]
         names = [n.op.name for n in chain if n not in self.sides]
+        shorts = [self.scene.names[n] for n in chain if n in self.scene.names]
         text = _repeats(names)
         small = f"{len(chain)} ops folded"
+        if shorts:  # the names the labels of other nodes may read
+            small = f"{shorts[0]} … {shorts[-1]}: {small}"
         if shape := _shape(last, self.scene):
             small += f", {shape}"
         return _lines([text, small])

@@ -221,6 +221,12 @@ def legend(figure):
     return [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
 
 
+def unit_of(ax):
+    """The plot's unit (KiB below 1 MiB, else MiB), from its axis label, in bytes."""
+    name = "KiB" if "KiB" in ax.get_ylabel() else "MiB"
+    return name, 1024 if name == "KiB" else viz.MIB
+
+
 def test_draw_memory_of_several_plans_marks_each_peak():
     plain, checkpointed = chain_plans()
     naive = plain.timeline()["naive"]
@@ -230,7 +236,9 @@ def test_draw_memory_of_several_plans_marks_each_peak():
     (ax,) = figure.axes
     lines = ax.get_lines()
     peaks = [max(naive), plain.peak_bytes, checkpointed.peak_bytes]
-    assert [max(line.get_ydata()) * viz.MIB for line in lines] == pytest.approx(peaks, rel=1e-12)
+    name, unit = unit_of(ax)
+    assert name == ("KiB" if max(peaks) < viz.MIB else "MiB")
+    assert [max(line.get_ydata()) * unit for line in lines] == pytest.approx(peaks, rel=1e-12)
     assert [len(line.get_ydata()) for line in lines] == [
         len(plain.steps),
         len(plain.steps),
@@ -238,12 +246,12 @@ def test_draw_memory_of_several_plans_marks_each_peak():
     ]
     assert checkpointed.peak_bytes < plain.peak_bytes < max(naive)
     assert legend(figure) == [
-        f"{name}: peak {peak / viz.MIB:.2f} MiB"
-        for name, peak in zip(["naive", "planned", "checkpointed"], peaks, strict=True)
+        f"{label}: peak {peak / unit:.2f} {name}"
+        for label, peak in zip(["naive", "planned", "checkpointed"], peaks, strict=True)
     ]
     markers = [tuple(c.get_offsets()[0]) for c in ax.collections]  # a dot on each peak
-    assert [y * viz.MIB for _, y in markers] == pytest.approx(peaks, rel=1e-12)
-    assert ax.get_xlabel().startswith("step") and "MiB" in ax.get_ylabel()
+    assert [y * unit for _, y in markers] == pytest.approx(peaks, rel=1e-12)
+    assert ax.get_xlabel().startswith("step") and name in ax.get_ylabel()
     assert ax.get_title() == "30 layers"
 
 
@@ -251,7 +259,8 @@ def test_draw_memory_of_one_plan_draws_its_three_curves():
     _, checkpointed = chain_plans(layers=9, size=100)
     figure = viz.draw_memory(checkpointed)
     timeline = checkpointed.timeline()
-    maxima = [max(line.get_ydata()) * viz.MIB for line in figure.axes[0].get_lines()]
+    unit = unit_of(figure.axes[0])[1]
+    maxima = [max(line.get_ydata()) * unit for line in figure.axes[0].get_lines()]
     assert maxima == pytest.approx([max(timeline[k]) for k in ("naive", "freed", "planned")])
     assert maxima[2] == pytest.approx(checkpointed.peak_bytes)
     assert [text.split(":")[0] for text in legend(figure)] == [

@@ -236,3 +236,51 @@ def test_the_command_line_steps_take_no_values_and_refuse_collapse(tmp_path, cap
         x = ad.tensor(2.0, name="x")
         viz.backward_steps(x * 3, [x], max_nodes=1)
     assert "collapse" not in str(refused.value)
+
+
+def test_folded_chains_name_the_ops_they_hold_and_checkpoints_stay_in_sight():
+    # "reads v3" must point at something: a fold says which names it holds.
+    rng = np.random.default_rng(0)
+    h, params = ad.tensor(rng.normal(size=(2, 3)), name="x"), []
+    for i in range(4):
+        w = ad.tensor(rng.normal(size=(3, 3)), name=f"W{i}")
+        params.append(w)
+        h = ad.tanh(h @ w)
+    found = labels(viz.side_by_side(ad.sum(h), params, collapse=True))
+    folded = [label for label in found if any("ops folded" in line for line in label)]
+    assert folded and folded[0][1].startswith("v1 … v")
+    # draw_checkpointed folds only between what it marks: its caption stays true.
+    x = ad.Variable("x")
+    chain = x
+    for _ in range(8):
+        chain = ad.tanh(chain)
+    drawing = viz.draw_checkpointed(chain.sum(), [x], checkpoint=2, collapse=True)
+    assert (
+        drawing.source.count(viz.KEPT_FILL) == 4 and drawing.source.count(viz.RECOMPUTED_FILL) == 4
+    )
+    with pytest.raises(ValueError, match="checkpoint=None keeps every forward value"):
+        viz.draw_checkpointed(chain.sum(), [x], checkpoint=None)
+
+
+def test_draw_memory_picks_its_unit_and_refuses_what_is_not_bytes():
+    x = ad.Variable("x")
+    plan = ad.memory.plan([ad.sin(ad.exp(x)) * 2], {x: np.zeros(1000)})
+    figure = viz.draw_memory(plan)
+    assert figure.axes[0].get_ylabel() == "memory live (KiB)"  # 8 KB arrays: not 0.00 MiB
+    naive = plan.timeline()["naive"]
+    assert (
+        f"peak {max(naive) / 1024:.2f} KiB" in figure.axes[0].get_legend().get_texts()[0].get_text()
+    )
+    for bad in ({}, {"a": "123"}, {"a": b"12"}):
+        with pytest.raises((ValueError, TypeError), match="draw_memory"):
+            viz.draw_memory(bad)
+
+
+def test_the_command_line_steps_take_a_title_and_max_nodes_is_checked(tmp_path, capsys):
+    out = tmp_path / "s.dot"
+    common = ["render", "x*sin(x)", "--at", "x=2", "--mode", "steps", "-o", str(out)]
+    assert main([*common, "--title", "x sin x"]) == 0
+    assert 'label="x sin x: step 1 of' in (tmp_path / "s-01.dot").read_text()
+    with pytest.raises(SystemExit):
+        main([*common, "--max-nodes", "-1"])
+    assert "not a whole number above 0" in capsys.readouterr().err
