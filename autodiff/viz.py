@@ -744,9 +744,10 @@ def _to_dot(
     if scene.gradient:
         with graph.subgraph(name="cluster_forward") as forward:
             forward.attr(label="forward graph", labelloc="t", color="#cbd5e1", fontcolor=INK)
+            forward.attr(margin="24")
             drawer.add_forward(forward)
         with graph.subgraph(name="cluster_gradient") as gradient:
-            gradient.attr(label="gradient graph", labelloc="t", color="#fed7aa")
+            gradient.attr(label="gradient graph", labelloc="t", color="#fed7aa", margin="24")
             gradient.attr(fontcolor=GRADIENT)
             drawer.add_gradient(gradient)
         if scene.reads == "edges":

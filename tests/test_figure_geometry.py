@@ -64,6 +64,7 @@ FIGURES = {
     "2-layer MLP": lambda: viz.side_by_side(*mlp(2)),
     "2-layer MLP, fine loss": lambda: viz.side_by_side(*mlp(2, fine=True)),
     "6-layer MLP, folded": lambda: viz.side_by_side(*mlp(6), collapse=True),
+    "10-layer MLP, folded": lambda: viz.side_by_side(*mlp(10), collapse=True),
     "step 5 of the reverse pass": lambda: viz.backward_steps(*mlp(2))[4],
 }
 
