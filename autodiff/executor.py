@@ -146,7 +146,9 @@ class Executor:
             # A fed intermediate node: its inputs need not (and may not) be computed.
             order = find_topo_sort(self.nodes, descend=lambda n: n not in feeds)
             (steps, slot), compiled = schedule(order, set(self.nodes)), None
-        values = fill_leaves(steps, [feeds.get(node) for node, _, _ in steps])
+        values = None if compiled is None else compiled.leaf_values(feeds)
+        if values is None:  # (fill_leaves says which placeholder has no value)
+            values = fill_leaves(steps, [feeds.get(node) for node, _, _ in steps])
         if self._parallel is not None and steps is self._steps:  # the workers' schedule
             self._parallel.run(values)
             return self._results(values, slot)

@@ -67,6 +67,18 @@ class StraightLine:
         self.source: str | None = None  # the function's text, once compiled
         self._function = None
 
+    def leaf_values(self, feeds: dict) -> list | None:
+        """The slots, the leaves' holding their values (fed, or their own); None if a
+        leaf has none."""
+        values: list = [None] * len(self.steps)
+        for i in self.leaf_slots:
+            leaf = self.steps[i][0]
+            value = feeds.get(leaf, leaf.value)
+            if value is None:
+                return None
+            values[i] = value
+        return values
+
     def dtypes(self, values: list) -> tuple:
         """The leaves' dtypes: what a checked run vouches for."""
         leaves = map(values.__getitem__, self.leaf_slots)  # (a Python number: its type)
