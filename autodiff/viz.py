@@ -406,13 +406,18 @@ def _gradient_scene(
 
 
 def _values_of(nodes: list[Node]) -> dict[Node, Any]:
-    """The values of ``nodes``: those they hold, and, where the leaves have values, the
-    others computed for the picture (the engine computes only what the results need,
-    and keeps only the results)."""
-    missing = [node for node in nodes if node.value is None]
+    """The values of ``nodes``: those they hold, and the others that valued leaves
+    determine, computed for the picture (the engine computes only what the results
+    need, and keeps only the results; a placeholder leaves its part without values)."""
+    known: dict[Node, bool] = {}  # whether a node's value is, or can be, known
+    for node in find_topo_sort(nodes):
+        inputs = node.inputs
+        known[node] = node.value is not None or (
+            not node.op.is_leaf and all(known[x] for x in inputs)
+        )
+    missing = [node for node in nodes if node.value is None and known[node]]
     shown = {node: node.value for node in nodes if node.value is not None}
-    leaves = (n for n in find_topo_sort(missing) if n.op.is_leaf)
-    if missing and all(leaf.value is not None for leaf in leaves):  # (not symbolic)
+    if missing:
         shown.update(zip(missing, Executor(missing).run(), strict=True))
     return shown
 

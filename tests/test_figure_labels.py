@@ -284,3 +284,11 @@ def test_the_command_line_steps_take_a_title_and_max_nodes_is_checked(tmp_path, 
     with pytest.raises(SystemExit):
         main([*common, "--max-nodes", "-1"])
     assert "not a whole number above 0" in capsys.readouterr().err
+
+
+def test_a_graph_mixing_placeholders_and_tensors_shows_the_values_it_can():
+    t, v = ad.tensor(0.3, name="t"), ad.Variable("v")
+    found = labels(viz.side_by_side(ad.sin(t) * v + ad.cos(t), [t]))
+    assert ["sin", "v1 = 0.2955"] in found and ["cos", "v3 = 0.9553"] in found
+    assert ["×", "v2"] in found  # it reads the placeholder v: no value without a feed
+    assert ["sin", "= 0.2955", "reads t"] in found  # a gradient step that t determines
