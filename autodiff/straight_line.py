@@ -68,8 +68,8 @@ class StraightLine:
         self._function = None
 
     def leaf_values(self, feeds: dict) -> list | None:
-        """The slots, the leaves' holding their values (fed, or their own); None if a
-        leaf has none."""
+        """A run's slots, each leaf's holding its value (fed, or the leaf's own); None if
+        a leaf has none (the checked path then says which)."""
         values: list = [None] * len(self.steps)
         for i in self.leaf_slots:
             leaf = self.steps[i][0]
