@@ -396,11 +396,11 @@ def _gradient_scene(
     for x, result in zip(wrt, results, strict=True):  # a zero gradient: no step reached x
         if result not in in_forward and x not in adjoint_of.get(result, []):
             adjoint_of.setdefault(result, []).append(x)
-    scene = _forward_scene(forward, values, digits)
+    scene = _forward_scene(forward, False, digits)
     scene.gradient, scene.outputs, scene.results = gradient, [output], results
     scene.adjoint_of, scene.reads = adjoint_of, reads
-    if values:
-        scene.values.update(_values_of(gradient))
+    if values:  # (forward and gradient in one run)
+        scene.values = _values_of(forward + gradient)
     seed = steps[0].contributions[0] if steps else results[0]
     return scene, steps, seed
 
@@ -411,9 +411,8 @@ def _values_of(nodes: list[Node]) -> dict[Node, Any]:
     need, and keeps only the results; a placeholder leaves its part without values)."""
     known: dict[Node, bool] = {}  # whether a node's value is, or can be, known
     for node in find_topo_sort(nodes):
-        inputs = node.inputs
         known[node] = node.value is not None or (
-            not node.op.is_leaf and all(known[x] for x in inputs)
+            not node.op.is_leaf and all(known[x] for x in node.inputs)
         )
     missing = [node for node in nodes if node.value is None and known[node]]
     shown = {node: node.value for node in nodes if node.value is not None}
@@ -732,8 +731,8 @@ def _to_dot(
             chains, side = _fold_chains(part, keep, ids)
             folded.update(chains)
             sides.update(side)
-    count = len(ids) - len(folded) + len(set(folded.values()))
-    count -= len(_inlined_numbers(scene.gradient) - set(folded))
+    inlined = _inlined_numbers(scene.gradient)
+    count = len(ids) - len(folded) + len(set(folded.values())) - len(inlined - set(folded))
     if count > max_nodes:
         _refuse(function, count, max_nodes, collapse)
     graph = graphviz.Digraph("autodiff")
@@ -744,8 +743,7 @@ def _to_dot(
     graph.attr("edge", color=INK, arrowsize="0.7")
     if scene.caption:
         graph.attr(label=_lines([scene.caption]), labelloc="t", fontsize="16")
-    drawer = _Drawer(scene, ids, folded, align=count <= ALIGN_LIMIT)
-    drawer.sides = sides
+    drawer = _Drawer(scene, ids, folded, sides, inlined, align=count <= ALIGN_LIMIT)
     if scene.gradient:
         with graph.subgraph(name="cluster_forward") as forward:
             forward.attr(label="forward graph", labelloc="t", color="#cbd5e1", fontcolor=INK)
@@ -782,13 +780,20 @@ def _refuse(function: str, count: int, max_nodes: int, collapse: bool) -> None:
 class _Drawer:
     """Adds one scene's nodes and edges to Graphviz (sub)graphs."""
 
-    def __init__(self, scene: _Scene, ids: dict[Node, str], folded: dict[Node, str], align: bool):
+    def __init__(
+        self,
+        scene: _Scene,
+        ids: dict[Node, str],
+        folded: dict[Node, str],
+        sides: set[Node],  # folded with a chain, not part of its pattern
+        inlined: set[Node],  # numbers written into their readers' labels
+        align: bool,
+    ):
         self.scene, self.ids, self.folded, self.align = scene, ids, folded, align
+        self.sides, self.inlined = sides, inlined
         self.in_gradient, self.in_forward = set(scene.gradient), set(scene.forward)
-        self.inlined = _inlined_numbers(scene.gradient)
         self.edges: set[tuple[str, str]] = set()
         self.chains: dict[str, list[Node]] = {}
-        self.sides: set[Node] = set()
         for node, stand_in in folded.items():
             self.chains.setdefault(stand_in, []).append(node)
 
