@@ -3,9 +3,14 @@ and, with ``AUTODIFF_FAKE_GPU=1``, a CuPy double in place of CuPy (fakecupy.py),
 ``pytest -m gpu`` runs the GPU tests' code paths on a machine without a GPU."""
 
 import os
+import shutil
 import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parent.parent
 
 settings.register_profile(
     "ci",
@@ -26,3 +31,16 @@ if os.environ.get("AUTODIFF_FAKE_GPU") == "1":
     import fakecupy
 
     sys.modules["cupy"] = fakecupy
+
+
+@pytest.fixture(scope="session")
+def released_course(tmp_path_factory):
+    """A copy of the course (its solutions, nbgrader_config.py) released once, with its
+    own gradebook and exchange: the graded tests submit into it, each student their own."""
+    from autodiff.grading import pipeline
+
+    root = tmp_path_factory.mktemp("course")
+    shutil.copy(ROOT / "nbgrader_config.py", root)
+    shutil.copytree(ROOT / "solutions", root / "solutions")
+    pipeline.release(root)
+    return root

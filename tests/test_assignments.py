@@ -7,7 +7,6 @@ each release zero, and a partial solution exactly the points of its correct part
 """
 
 import json
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -15,7 +14,6 @@ import pytest
 
 from autodiff.grading import autograde as grader
 from autodiff.grading import course as course_dir
-from autodiff.grading import pipeline as instructor
 
 pytest.importorskip("nbgrader")
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,13 +50,10 @@ def test_every_assignment_is_here():
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    """A copy of the course with a fresh release and gradebook."""
-    root = tmp_path_factory.mktemp("course")
-    shutil.copy(ROOT / "nbgrader_config.py", root)
-    shutil.copytree(ROOT / "solutions", root / "solutions")
-    instructor.release(root)
-    return root
+def course(released_course):
+    """A copy of the course with a fresh release and gradebook (shared with
+    test_wrong_answers.py, whose students are others)."""
+    return released_course
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -107,7 +107,11 @@ def test_kit_holds_nothing_that_stays_with_the_instructor(kit, tmp_path):
         assert not FORBIDDEN & set(parts), f"the kit holds {name}"
         assert parts[0] != "grading", f"the kit holds {name}"
     grading = {name for name in files_in(kit) if name.startswith("autodiff/grading/")}
-    assert grading == {"autodiff/grading/__init__.py", "autodiff/grading/helpers.py"}
+    assert grading == {
+        "autodiff/grading/__init__.py",
+        "autodiff/grading/checks.py",
+        "autodiff/grading/helpers.py",
+    }
 
 
 def test_package_imports_from_the_kit_folder(kit, tmp_path):
@@ -129,7 +133,7 @@ def test_package_imports_from_the_kit_folder(kit, tmp_path):
     assert done.returncode == 0, done.stderr
     where, grading, pipeline = done.stdout.splitlines()
     assert Path(where).is_relative_to(kit)
-    assert grading == "['autodiff.grading', 'autodiff.grading.helpers']"
+    assert grading == "['autodiff.grading', 'autodiff.grading.checks', 'autodiff.grading.helpers']"
     assert pipeline == "no pipeline"
 
 

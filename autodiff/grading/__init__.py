@@ -1,7 +1,8 @@
 """Instructor tooling: grading the course's assignments with nbgrader.
 
 Students never need to read this package. What hidden tests import from it is
-``forbid_calls`` (``from autodiff.grading import forbid_calls``); everything else
+``forbid_calls`` (``from autodiff.grading import forbid_calls``), and what visible
+tests use to say what went wrong (``checks``: ``expect``, ``calling``, ...); everything else
 runs on the instructor's side (``python -m autodiff.grading``, behind the Makefile):
 
 * ``collect``: LMS downloads into ``submitted/``, every entry accounted for;
@@ -14,9 +15,10 @@ runs on the instructor's side (``python -m autodiff.grading``, behind the Makefi
 * ``pipeline``: release, feedback, grades; ``plugins``: what nbgrader runs
   (named in ``nbgrader_config.py``); ``course``: the course's folders and nbgrader;
 * ``kit``: the student kit (``make student-kit``), which ships this file and
-  ``helpers`` only.
+  ``helpers`` and ``checks`` only.
 """
 
+from .checks import calling, expect, expect_error, expect_true
 from .helpers import forbid_calls
 
-__all__ = ["forbid_calls"]
+__all__ = ["calling", "expect", "expect_error", "expect_true", "forbid_calls"]

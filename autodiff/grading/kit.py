@@ -36,8 +36,10 @@ SHIPPED = [
     "autodiff/ops/*.py",
     "autodiff/datasets/*.npz",
     "autodiff/datasets/*.md",
-    # Of the instructor tooling, only what the released notebooks import (forbid_calls).
+    # Of the instructor tooling, only what the released notebooks import (forbid_calls,
+    # the visible tests' checks).
     "autodiff/grading/__init__.py",
+    "autodiff/grading/checks.py",
     "autodiff/grading/helpers.py",
     "pyproject.toml",  # the same package: the kit installs with pip install -e ".[course]"
     "environment.yml",

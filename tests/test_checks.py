@@ -1,0 +1,81 @@
+"""The visible tests' checks (autodiff/grading/checks.py): what their messages say."""
+
+import linecache
+
+import numpy as np
+import pytest
+
+import autodiff as ad
+from autodiff.grading import calling, expect, expect_error, expect_true
+
+
+def message_of(check, *args, **kwargs) -> str:
+    with pytest.raises(AssertionError) as caught:
+        check(*args, **kwargs)
+    return str(caught.value)
+
+
+def test_a_match_passes_silently():
+    expect("f(1)", np.array([1.0, 2.0]), [1.0, 2.0 + 1e-12])
+    expect("node", ad.tensor([1.0, 2.0]), [1.0, 2.0], dtype=np.float64)
+    expect_true(True, "never shown")
+
+
+@pytest.mark.parametrize(
+    ("got", "want", "diagnosis"),
+    [
+        ([[1.0, 0.0], [3.0, 4.0]], [[1.0, 3.0], [0.0, 4.0]], "the transpose"),
+        ([-1.0, 2.0], [1.0, -2.0], "sign flipped"),
+        ([1.0, 2.0], [2.0, 4.0], "half the expected value"),
+        ([4.0, 8.0], [2.0, 4.0], "twice the expected value"),
+        ([0.0, 0.0], [2.0, 4.0], "all zeros"),
+        ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], np.ones((2, 3)), "the expected shape is (2, 3)"),
+    ],
+)
+def test_a_mismatch_says_what_came_back_what_was_expected_and_its_shape(got, want, diagnosis):
+    text = message_of(expect, "my_call(x)", got, want, hint="Hint: think again.")
+    assert text.startswith("my_call(x) returned\n")
+    assert "but the expected value is" in text
+    assert diagnosis in text
+    assert text.endswith("Hint: think again.")
+    assert np.array2string(np.asarray(got), separator=", ").splitlines()[0] in text
+
+
+def test_a_wrong_dtype_and_a_non_number_are_named():
+    text = message_of(expect, "f(x32)", np.ones(2), np.ones(2, np.float32), dtype=np.float32)
+    assert "Its dtype is float64; the expected dtype is float32." in text
+    assert "which is not numbers" in message_of(expect, "f()", "abc", [1.0])
+    assert "which is not numbers" in message_of(expect, "f()", None, [1.0])
+
+
+def test_an_error_in_notebook_code_names_the_call_and_the_students_line():
+    # Code compiled as IPython compiles a cell: a file name of its own, the source in
+    # linecache.
+    cell = "def rule(g):\n    return np.broadcast_to(g, (2, 3))\n"
+    linecache.cache["<ipython-input-7>"] = (len(cell), None, cell.splitlines(True), "<cell>")
+    namespace = {"np": np}
+    exec(compile(cell, "<ipython-input-7>", "exec"), namespace)
+    with pytest.raises(AssertionError) as caught, calling("rule(g)", hint="Hint: axes."):
+        namespace["rule"](np.ones(2))
+    text = str(caught.value)
+    assert text.startswith("rule(g) raised ValueError: ")
+    assert (
+        "The last line of your code that ran, in rule(): return np.broadcast_to(g, (2, 3))" in text
+    )
+    assert text.endswith("Hint: axes.")
+    assert caught.value.__suppress_context__
+
+
+def test_a_failed_assert_inside_calling_goes_through_unchanged():
+    with pytest.raises(AssertionError, match="^the student's own check$"):
+        with calling("f()"):
+            raise AssertionError("the student's own check")
+
+
+def test_expect_error_wants_that_error_and_no_other():
+    expect_error("f([1], [1, 2])", ValueError, lambda: int("x"))
+    text = message_of(expect_error, "f()", ValueError, lambda: 1 / 0, hint="Hint: shapes.")
+    assert "f() raised ZeroDivisionError: division by zero; expected ValueError" in text
+    assert "f() returned 3; expected it to raise ValueError" in message_of(
+        expect_error, "f()", ValueError, lambda: 3
+    )
