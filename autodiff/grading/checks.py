@@ -122,7 +122,7 @@ def _where_in_student_code(error: BaseException) -> str:
     if not own:
         return ""
     frame = own[-1]
-    line = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
+    line = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
     return f"The last line of your code that ran, in {frame.name}(): {line}"
 
 
