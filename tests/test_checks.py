@@ -79,3 +79,13 @@ def test_expect_error_wants_that_error_and_no_other():
     assert "f() returned 3; expected it to raise ValueError" in message_of(
         expect_error, "f()", ValueError, lambda: 3
     )
+
+
+def test_the_test_cell_itself_is_not_named_as_the_students_code():
+    # An error raised by the library after the student's code has returned leaves
+    # only the test cell's own frame: nothing of the student's to point at.
+    cell = "with calling('f()'):\n    raise ValueError('in the library')\n"
+    linecache.cache["<ipython-input-8>"] = (len(cell), None, cell.splitlines(True), "<cell>")
+    with pytest.raises(AssertionError) as caught:
+        exec(compile(cell, "<ipython-input-8>", "exec"), {"calling": calling})
+    assert str(caught.value) == "f() raised ValueError: in the library"
