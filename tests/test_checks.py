@@ -48,15 +48,19 @@ def test_a_wrong_dtype_and_a_non_number_are_named():
     assert "which is not numbers" in message_of(expect, "f()", None, [1.0])
 
 
+def as_cell(source: str, name: str, namespace: dict) -> None:
+    """Run ``source`` as IPython runs a cell: code of a file of its own, its source in
+    linecache."""
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    exec(compile(source, name, "exec"), namespace)
+
+
 def test_an_error_in_notebook_code_names_the_call_and_the_students_line():
-    # Code compiled as IPython compiles a cell: a file name of its own, the source in
-    # linecache.
-    cell = "def rule(g):\n    return np.broadcast_to(g, (2, 3))\n"
-    linecache.cache["<ipython-input-7>"] = (len(cell), None, cell.splitlines(True), "<cell>")
-    namespace = {"np": np}
-    exec(compile(cell, "<ipython-input-7>", "exec"), namespace)
-    with pytest.raises(AssertionError) as caught, calling("rule(g)", hint="Hint: axes."):
-        namespace["rule"](np.ones(2))
+    namespace = {"np": np, "calling": calling}
+    as_cell("def rule(g):\n    return np.broadcast_to(g, (2, 3))\n", "<ipython-input-7>", namespace)
+    test_cell = "with calling('rule(g)', hint='Hint: axes.'):\n    rule(np.ones(2))\n"
+    with pytest.raises(AssertionError) as caught:
+        as_cell(test_cell, "<ipython-input-8>", namespace)
     text = str(caught.value)
     assert text.startswith("rule(g) raised ValueError: ")
     assert (
@@ -85,7 +89,6 @@ def test_the_test_cell_itself_is_not_named_as_the_students_code():
     # An error raised by the library after the student's code has returned leaves
     # only the test cell's own frame: nothing of the student's to point at.
     cell = "with calling('f()'):\n    raise ValueError('in the library')\n"
-    linecache.cache["<ipython-input-8>"] = (len(cell), None, cell.splitlines(True), "<cell>")
     with pytest.raises(AssertionError) as caught:
-        exec(compile(cell, "<ipython-input-8>", "exec"), {"calling": calling})
+        as_cell(cell, "<ipython-input-9>", {"calling": calling})
     assert str(caught.value) == "f() raised ValueError: in the library"

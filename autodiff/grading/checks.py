@@ -117,9 +117,9 @@ def expect_true(condition: Any, message: str, hint: str = "") -> None:
 
 def _where_in_student_code(error: BaseException) -> str:
     """The last line of notebook code (not library code) in the error's traceback."""
-    frames = traceback.extract_tb(error.__traceback__)
-    # frames[0] is the test cell that made the call: not the student's code
-    own = [f for f in frames[1:] if _in_notebook(f.filename) and f.filename != frames[0].filename]
+    cells = [f for f in traceback.extract_tb(error.__traceback__) if _in_notebook(f.filename)]
+    # the first is the test cell that made the call: not the student's code
+    own = [frame for frame in cells if frame.filename != cells[0].filename]
     if not own:
         return ""
     frame = own[-1]
