@@ -8,11 +8,12 @@ failure before submitting) or only a hidden one (``"hidden"``). Every wrong answ
 submitted as a student of its own and autograded (sandbox, nbgrader, gradebook) as a
 class is: its score must be the full autograded points less exactly those cells'.
 
-A test cell fails visibly when its error was raised outside its ``_hidden_test()``
-function (each hidden part is one). ``solutions/README.md`` holds the same table (the
-last test checks it is in step; its failure prints the table to paste).
+A test cell fails visibly when no frame of its error's traceback is in its
+``_hidden_test()`` function (each hidden part is one). ``solutions/README.md`` holds
+the same table (the last test checks it is in step; its failure prints the table).
 """
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -27,6 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDER = Path(__file__).resolve().parent / "wrong_answers"
 ASSIGNMENTS = sorted(p.stem for p in FOLDER.glob("*.toml"))
 CAUGHT = ("visible", "hidden")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# A frame of the hidden part in IPython's traceback: "Cell In[7], line 40, in _hidden_test()"
+# (its source lines, also shown around a failing visible line, do not match).
+HIDDEN_FRAME = re.compile(r"line \d+, in _hidden_test\(")
 
 
 def wrong_answers(assignment: str) -> list[dict]:
@@ -99,8 +104,8 @@ def failed_tests(notebook) -> dict[str, bool]:
         verdict = cell.metadata.get("autodiff", {}).get("verdict")
         if verdict is not None and verdict != "passed":
             errors = [out for out in cell.outputs if out.output_type == "error"]
-            text = "".join("".join(out.get("traceback", [])) for out in errors)
-            failed[grade_id] = "_hidden_test" not in text
+            text = ANSI.sub("", "".join("".join(out.get("traceback", [])) for out in errors))
+            failed[grade_id] = HIDDEN_FRAME.search(text) is None
     return failed
 
 
