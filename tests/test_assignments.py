@@ -27,6 +27,7 @@ PARTIAL = {
     "a3_reverse_mode": (["sum_op", "gradient_error"], 15),
     "a4_training": (["accuracy", "plot_loss"], 15),
     "a5_memory": (["checkpointing"], 7),
+    "a6_convolution": (["col2im", "cnn_training"], 12),
 }
 
 
