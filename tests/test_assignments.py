@@ -97,7 +97,7 @@ def graded(course):
             folder.mkdir(parents=True)
             text = student_copy(course, assignment, left_blank)
             (folder / f"{assignment}.ipynb").write_text(text)
-        for outcome in grader.autograde(course, assignment, student_timeout=600):
+        for outcome in grader.autograde(course, assignment, student_timeout=600, jobs=2):
             scores[assignment, outcome.student] = outcome
     return scores
 

@@ -110,27 +110,46 @@ def test_lecture_runs_top_to_bottom(path):
     run_notebook(path)
 
 
+def gpu_first_cell() -> str | None:
+    """On the CuPy double (AUTODIFF_FAKE_GPU=1), code that gives the kernel the double as
+    ``cupy``; on a real GPU, nothing."""
+    if os.environ.get("AUTODIFF_FAKE_GPU") != "1":
+        return None
+    tests = str(pathlib.Path(__file__).parent)
+    return (
+        f"import sys\nsys.path.insert(0, {tests!r})\n"
+        "import fakecupy\nsys.modules['cupy'] = fakecupy"
+    )
+
+
+def printed(notebook) -> str:
+    """What the notebook's code cells printed or showed as text or Markdown."""
+    outputs = [
+        output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
+    ]
+    return "\n".join(
+        str(output.get("text", "")) + str(output.get("data", {}).get("text/markdown", ""))
+        for output in outputs
+    )
+
+
+@pytest.mark.notebooks
+@requires_gpu
+def test_assignment_6_trains_its_network_on_the_gpu_when_there_is_one():
+    """a6's instructor notebook, hidden tests included, with the network on the GPU."""
+    solution = ROOT / "solutions" / "a6_convolution" / "a6_convolution.ipynb"
+    text = printed(run_notebook(solution, gpu_first_cell()))
+    assert "DEVICE = 'gpu'" in text and "No GPU" not in text
+
+
 @pytest.mark.notebooks
 @requires_gpu
 def test_lecture_4_shows_the_gpu_when_there_is_one():
     """The GPU branches of lecture 4: the memory-pool plot, the CPU vs GPU table and the
     CNN trained on the GPU. On
     the CuPy double (AUTODIFF_FAKE_GPU=1) the kernel is given the double as ``cupy``."""
-    setup = None
-    if os.environ.get("AUTODIFF_FAKE_GPU") == "1":
-        tests = str(pathlib.Path(__file__).parent)
-        setup = (
-            f"import sys\nsys.path.insert(0, {tests!r})\n"
-            "import fakecupy\nsys.modules['cupy'] = fakecupy"
-        )
-    notebook = run_notebook(COURSE / "04_training_on_the_gpu.ipynb", setup)
-    outputs = [
-        output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
-    ]
-    text = "\n".join(
-        str(output.get("text", "")) + str(output.get("data", {}).get("text/markdown", ""))
-        for output in outputs
-    )
+    notebook = run_notebook(COURSE / "04_training_on_the_gpu.ipynb", gpu_first_cell())
+    text = printed(notebook)
     assert "'gpu'" in text and "No GPU" not in text
     table = re.findall(r"\| (\d+) \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", text)
     assert table == ["16", "64", "256", "512", "1024", "2048", "4096"]
