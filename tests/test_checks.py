@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import autodiff as ad
-from autodiff.grading import calling, expect, expect_error, expect_true
+from autodiff.grading import calling, checks, expect, expect_error, expect_true
 
 
 def message_of(check, *args, **kwargs) -> str:
@@ -30,6 +30,7 @@ def test_a_match_passes_silently():
         ([4.0, 8.0], [2.0, 4.0], "twice the expected value"),
         ([0.0, 0.0], [2.0, 4.0], "all zeros"),
         ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], np.ones((2, 3)), "the expected shape is (2, 3)"),
+        ([[1.0, 2.0, 3.0], [0.0, 4.0, -4.0]], [[1, 0], [2, 4], [3, -4]], "the transpose"),
     ],
 )
 def test_a_mismatch_says_what_came_back_what_was_expected_and_its_shape(got, want, diagnosis):
@@ -68,6 +69,11 @@ def test_an_error_in_notebook_code_names_the_call_and_the_students_line():
     )
     assert text.endswith("Hint: axes.")
     assert caught.value.__suppress_context__
+    # the traceback a student reads: the test cell, then the check; no contextlib
+    assert [str(entry.path) for entry in caught.traceback][-2:] == [
+        "<ipython-input-8>",
+        checks.__file__,
+    ]
 
 
 def test_a_failed_assert_inside_calling_goes_through_unchanged():

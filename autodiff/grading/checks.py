@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import linecache
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -96,7 +95,10 @@ def expect(
     problem = ""
     if got_array.shape != want_array.shape:
         problem = f"Its shape is {got_array.shape}; the expected shape is {want_array.shape}."
-        if got_array.size == want_array.size and got_array.size > 1:
+        transposed = _diagnosis(got_array, want_array, rtol, atol) if got_array.ndim == 2 else ""
+        if transposed:
+            problem += " " + transposed
+        elif got_array.size == want_array.size and got_array.size > 1:
             problem += " (The same number of entries: a reshape, transpose or axis mix-up?)"
     elif dtype is not None and got_array.dtype != np.dtype(dtype):
         problem = f"Its dtype is {got_array.dtype}; the expected dtype is {np.dtype(dtype)}."
@@ -127,21 +129,25 @@ def _where_in_student_code(error: BaseException) -> str:
     return f"The last line of your code that ran, in {frame.name}(): {line}"
 
 
-@contextmanager
-def calling(call: str, hint: str = "") -> Iterator[None]:
+class calling:  # noqa: N801 (used as a function: ``with calling(...):``)
     """Run the block (a call of the student's code); an error other than a failed
     ``assert`` becomes one that says which call raised what, and where in the
-    student's code."""
-    __tracebackhide__ = True
-    try:
-        yield
-    except AssertionError:
-        raise
-    except Exception as error:
+    student's code. (A class, not a generator: no frame of contextlib's in the
+    traceback the student reads.)"""
+
+    def __init__(self, call: str, hint: str = ""):
+        self.call, self.hint = call, hint
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, trace) -> None:
+        if error is None or not isinstance(error, Exception) or isinstance(error, AssertionError):
+            return  # nothing raised, a failed assert, or KeyboardInterrupt: as it is
         lines = [
-            f"{call} raised {type(error).__name__}: {error}",
+            f"{self.call} raised {type(error).__name__}: {error}",
             _where_in_student_code(error),
-            hint,
+            self.hint,
         ]
         raise AssertionError("\n".join(line for line in lines if line)) from None
 
