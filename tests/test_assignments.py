@@ -1,4 +1,4 @@
-"""The four graded assignments, through the real nbgrader and an SQLite gradebook.
+"""The graded assignments, through the real nbgrader and an SQLite gradebook.
 
 In a temporary copy of the course: the release made from solutions/ equals the
 committed assignments/; nbgrader's Validator passes every solution and fails every
@@ -7,16 +7,14 @@ each release zero, and a partial solution exactly the points of its correct part
 """
 
 import json
-from pathlib import Path
 
-import nbformat
 import pytest
+from graded_course import ROOT, notebook_path, solution, submission, test_points
 
 from autodiff.grading import autograde as grader
 from autodiff.grading import course as course_dir
 
 pytest.importorskip("nbgrader")
-ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = course_dir.assignments(ROOT)
 
 # Answers left blank in the partial solution, and the autograded points it keeps:
@@ -31,17 +29,8 @@ PARTIAL = {
 }
 
 
-def notebook_path(folder: Path, assignment: str) -> Path:
-    return folder / assignment / f"{assignment}.ipynb"
-
-
 def autograded_points(assignment: str) -> float:
-    notebook = nbformat.read(notebook_path(ROOT / "solutions", assignment), as_version=4)
-    return sum(
-        cell.metadata["nbgrader"]["points"]
-        for cell in notebook.cells
-        if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code"
-    )
+    return sum(test_points(assignment).values())
 
 
 def test_every_assignment_is_here():
@@ -64,38 +53,18 @@ def test_committed_release_is_in_sync_with_solutions(course, assignment):
     assert committed == fresh, f"assignments/{assignment} is stale: run `make release`"
 
 
-def answers(notebook) -> dict[str, nbformat.NotebookNode]:
-    return {
-        cell.metadata["nbgrader"]["grade_id"]: cell
-        for cell in notebook.cells
-        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code"
-    }
-
-
-def student_copy(course: Path, assignment: str, blank: list[str] | None) -> str:
-    """The released notebook with the instructor's answers filled in, except `blank`."""
-    release = nbformat.read(notebook_path(course / "assignments", assignment), as_version=4)
-    solution = nbformat.read(notebook_path(course / "solutions", assignment), as_version=4)
-    if blank is not None:
-        model = answers(solution)
-        assert set(blank) <= set(model), f"unknown answer cells {blank}"
-        for grade_id, cell in answers(release).items():
-            if grade_id not in blank:
-                cell.source = model[grade_id].source
-    return nbformat.writes(release)
-
-
 @pytest.fixture(scope="module")
 def graded(course):
     """Autograde three submissions per assignment: full, none, partial."""
     scores = {}
     for assignment in ASSIGNMENTS:
         blank, _ = PARTIAL[assignment]
+        release = notebook_path(course / "assignments", assignment).read_text()
         submissions = {"full": [], "none": None, "partial": blank}
         for student, left_blank in submissions.items():
             folder = course / "submitted" / student / assignment
             folder.mkdir(parents=True)
-            text = student_copy(course, assignment, left_blank)
+            text = release if left_blank is None else submission(course, assignment, left_blank)
             (folder / f"{assignment}.ipynb").write_text(text)
         for outcome in grader.autograde(course, assignment, student_timeout=600, jobs=2):
             scores[assignment, outcome.student] = outcome
@@ -132,8 +101,7 @@ def test_validator_passes_solutions_and_fails_releases(course, assignment):
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_every_notebook_has_a_written_answer_and_hidden_tests(assignment):
-    notebook = nbformat.read(notebook_path(ROOT / "solutions", assignment), as_version=4)
-    cells = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    cells = [c for c in solution(assignment).cells if c.metadata.get("nbgrader", {}).get("grade")]
     written = [c for c in cells if c.cell_type == "markdown" and c.metadata.nbgrader["solution"]]
     hidden = [c for c in cells if "### BEGIN HIDDEN TESTS" in c.source]
     assert written and len(hidden) >= len(cells) - len(written) - 1

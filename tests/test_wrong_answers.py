@@ -19,12 +19,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from graded_course import ROOT, cells_by_id, notebook_path, solution, submission, test_points
 
 from autodiff.grading import autograde as grader
 from autodiff.grading import course as course_dir
 
 pytest.importorskip("nbgrader")
-ROOT = Path(__file__).resolve().parent.parent
 FOLDER = Path(__file__).resolve().parent / "wrong_answers"
 ASSIGNMENTS = sorted(p.stem for p in FOLDER.glob("*.toml"))
 CAUGHT = ("visible", "hidden")
@@ -38,44 +38,20 @@ def wrong_answers(assignment: str) -> list[dict]:
     return tomllib.loads((FOLDER / f"{assignment}.toml").read_text())["wrong"]
 
 
-def notebook_path(folder: Path, assignment: str) -> Path:
-    return folder / assignment / f"{assignment}.ipynb"
-
-
-def cells_by_id(notebook) -> dict[str, nbformat.NotebookNode]:
-    return {
-        cell.metadata["nbgrader"]["grade_id"]: cell
-        for cell in notebook.cells
-        if "grade_id" in cell.metadata.get("nbgrader", {})
-    }
-
-
 def test_every_assignment_has_its_wrong_answers():
     assert ASSIGNMENTS == course_dir.assignments(ROOT)
     for assignment in ASSIGNMENTS:
         entries = wrong_answers(assignment)
         assert len(entries) >= 8, f"{assignment}: {len(entries)} wrong answers, want 8 or more"
-        solution = cells_by_id(nbformat.read(notebook_path(ROOT / "solutions", assignment), 4))
+        cells = cells_by_id(solution(assignment))
         for entry in entries:
             assert set(entry) == {"mistake", "cell", "old", "new", "tests", "caught"}, entry
             assert entry["caught"] in CAUGHT, entry["mistake"]
-            cell = solution.get(entry["cell"])
+            cell = cells.get(entry["cell"])
             assert cell is not None and cell.metadata.nbgrader.get("solution"), entry["cell"]
             assert cell.source.count(entry["old"]) == 1, f"stale edit: {entry['mistake']}"
             for test in entry["tests"]:
-                assert solution[test].metadata.nbgrader.get("grade"), test
-
-
-def submission(course: Path, assignment: str, entry: dict) -> str:
-    """The released notebook with every instructor answer filled in, one of them wrong."""
-    release = nbformat.read(notebook_path(course / "assignments", assignment), as_version=4)
-    answers = cells_by_id(nbformat.read(notebook_path(ROOT / "solutions", assignment), 4))
-    for grade_id, cell in cells_by_id(release).items():
-        if cell.metadata.nbgrader.get("solution"):
-            cell.source = answers[grade_id].source
-            if grade_id == entry["cell"]:
-                cell.source = cell.source.replace(entry["old"], entry["new"])
-    return nbformat.writes(release)
+                assert cells[test].metadata.nbgrader.get("grade"), test
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +62,7 @@ def graded(released_course):
         for index, entry in enumerate(wrong_answers(assignment)):
             folder = course / "submitted" / f"wrong{index:02d}" / assignment
             folder.mkdir(parents=True)
-            text = submission(course, assignment, entry)
+            text = submission(course, assignment, edit=entry)
             (folder / f"{assignment}.ipynb").write_text(text)
         for outcome in grader.autograde(course, assignment, student_timeout=300, jobs=2):
             if not outcome.student.startswith("wrong"):
@@ -109,15 +85,6 @@ def failed_tests(notebook) -> dict[str, bool]:
     return failed
 
 
-def points(assignment: str) -> dict[str, float]:
-    notebook = nbformat.read(notebook_path(ROOT / "solutions", assignment), as_version=4)
-    return {
-        grade_id: cell.metadata.nbgrader["points"]
-        for grade_id, cell in cells_by_id(notebook).items()
-        if cell.metadata.nbgrader.get("grade") and cell.cell_type == "code"
-    }
-
-
 CASES = [(a, i) for a in ASSIGNMENTS for i in range(len(wrong_answers(a)))]
 
 
@@ -131,7 +98,7 @@ def test_wrong_answer_loses_exactly_its_tests_points(graded, assignment, index):
     assert sorted(failed) == sorted(entry["tests"]), what
     visible = any(failed.values())
     assert visible == (entry["caught"] == "visible"), f"{what}, visibly: {visible}"
-    table = points(assignment)
+    table = test_points(assignment)
     assert outcome.score == sum(table.values()) - sum(table[t] for t in failed)
 
 

@@ -31,6 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import backend
+from ..graph import Node
+
 
 def _in_notebook(filename: str) -> bool:
     """Code from a notebook cell (IPython files each cell's code under one of these)."""
@@ -40,12 +43,10 @@ def _in_notebook(filename: str) -> bool:
 def _numbers(value: Any, what: str) -> np.ndarray:
     """``value`` as a NumPy array of numbers (a Node gives its value)."""
     __tracebackhide__ = True
-    if hasattr(value, "value") and hasattr(value, "op"):  # a Node
+    if isinstance(value, Node):
         value = value.value
-    if hasattr(value, "get") and type(value).__module__.startswith("cupy"):
-        value = value.get()
     try:
-        array = np.asarray(value)
+        array = backend.to_numpy(value)  # off the GPU too
     except Exception:  # a ragged list, an object that refuses
         array = np.asarray(None)
     if array.dtype.kind not in "biufc":
