@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..backend import broadcast_shapes as broadcast_shapes_of
-from ..backend import is_weak_scalar, namespace, weak_number
+from ..backend import device_of, is_weak_scalar, namespace, weak_number
 from ..backend import result_dtype as numpy_result_dtype
 from ..graph import DomainError, Node, Op, ShapeError, Spec, describe
 from ..static_shapes import broadcast_shapes, result_dtype
@@ -432,8 +432,10 @@ class OnesLike(Elementwise):
     def compute(self, x):
         if is_weak_scalar(x):
             return 1.0
-        xp = namespace(x)  # (of one number, as for a loss: array() is the quick way)
-        return xp.array(1, dtype=x.dtype) if x.ndim == 0 else xp.ones_like(x)
+        xp = namespace(x)  # (of one number on the CPU, as for a loss: array() is quick;
+        # on the GPU it would copy from the host, where ones_like is a kernel)
+        quick = x.ndim == 0 and device_of(x) == "cpu"
+        return xp.array(1, dtype=x.dtype) if quick else xp.ones_like(x)
 
     def gradient(self, node, output_grad):
         return [None]
