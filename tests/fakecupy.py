@@ -21,7 +21,15 @@ a student's GPU. This module copies the behaviour of CuPy that trips NumPy code:
   counts them in ``syncs`` (``fakecupy.syncs``), so that tests can prove a training step
   never waits;
 * a memory pool (``get_default_memory_pool``), ``cuda.runtime.getDeviceCount``,
-  ``cuda.Device().synchronize``;
+  ``cuda.Device().synchronize``; pools of one's own (``cuda.MemoryPool``,
+  ``cuda.using_allocator``);
+* stream capture (CUDA graphs), as CuPy 14.2 does it: while a stream records, kernels
+  are recorded, not run (an output holds garbage, NaN, until the graph is launched; an
+  array written into keeps its values), and a launch runs them again on the very
+  buffers they read and wrote. What CuPy refuses while recording is refused: cuBLAS
+  (``NotImplementedError``, as CuPy raises) and any wait for the GPU (it breaks the
+  recording, and ``end_capture`` raises). ``launches`` counts what the host launches:
+  a kernel outside a graph, or a graph;
 * only what CuPy 14.2 has: its module and array names and its functions' keywords, as
   CuPy itself listed them on a GPU (``cupy_api.json``); no ``where=`` on ufuncs, no
   ``initial=``/``where=`` on reductions. NumPy 2's promotion rules, which CuPy 14
@@ -40,6 +48,7 @@ it) installs it as ``cupy`` before the tests are collected (conftest.py).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import pathlib
@@ -58,11 +67,108 @@ NO_REDUCTION_KEYWORDS = {"initial", "where"}  # a.max(initial=0): CuPy has neith
 __version__ = "0.0-double"
 syncs = 0  # reads of device values by the host: each one waits for the GPU in CuPy
 overlap_copies = 0  # inputs copied because they overlap ``out`` without being it
+launches = 0  # kernels launched by the host one by one, and CUDA graphs launched
+BLAS = {"matmul", "dot", "tensordot", "einsum", "inner", "vdot"}  # cuBLAS in CuPy
+
+
+class CUDARuntimeError(RuntimeError):
+    """CuPy's ``cupy_backends.cuda.api.runtime.CUDARuntimeError``."""
 
 
 def _sync() -> None:
     global syncs
     syncs += 1
+    if _recording is not None:  # CUDA: a wait inside a capture breaks it
+        _recording.broken = True
+        raise CUDARuntimeError(
+            "cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing"
+        )
+
+
+def _from_host() -> None:
+    """A copy from the host: refused while recording, as a wait is (no sync counted)."""
+    if _recording is not None:
+        _recording.broken = True
+        raise CUDARuntimeError(
+            "cudaErrorStreamCaptureUnsupported: a copy from pageable host memory while capturing"
+        )
+
+
+# -- stream capture: kernels recorded as closures over their buffers, run at each launch --
+
+_recording = None  # while a stream records: its kernels, and whether a wait broke it
+
+
+def _refuse_blas(name: str) -> None:
+    if _recording is not None and name in BLAS:  # CuPy 14.2's check, in cublas.setStream
+        raise NotImplementedError(
+            "calling cuBLAS API during stream capture is currently unsupported"
+        )
+
+
+def _kernel(run, inputs=(), out=None):
+    """Run one kernel (``run()`` gives its NumPy result); while a stream records, record
+    it: its output then holds garbage, and an array it writes into keeps its values."""
+    global launches
+    if _recording is None:
+        launches += 1
+        return run()
+    before = None if out is None else out.copy()
+    result = run()
+    if isinstance(result, numpy.generic):  # the 0-d array a launch writes into
+        result = numpy.asarray(result)
+    _recording.kernels.append((run, result, out))
+    if before is not None:
+        numpy.copyto(out, before)
+    elif not any(_shares(result, x) for x in inputs):  # (a view of an input: no kernel)
+        _poison(result)
+    return result
+
+
+def _shares(a, b) -> bool:
+    if isinstance(a, (tuple, list)):
+        return any(_shares(x, b) for x in a)
+    if isinstance(b, (tuple, list)):
+        return any(_shares(a, x) for x in b)
+    return (
+        isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray) and numpy.shares_memory(a, b)
+    )
+
+
+def _poison(result) -> None:
+    if isinstance(result, (tuple, list)):
+        for r in result:
+            _poison(r)
+    elif isinstance(result, numpy.ndarray) and result.size and result.flags.writeable:
+        kind = result.dtype.kind
+        if kind in "fc":
+            result.fill(numpy.nan)
+        elif kind in "iu":  # (0: an index that CuPy would not check either)
+            result.fill(0)
+
+
+def _write_back(result, new) -> None:
+    """A launch: the kernel's new result into the buffer the recording gave out."""
+    if isinstance(result, (tuple, list)):
+        for r, n in zip(result, new, strict=True):
+            _write_back(r, n)
+    elif isinstance(result, numpy.ndarray) and not _shares(result, numpy.asarray(new)):
+        numpy.copyto(result, new)
+
+
+class _Graph:
+    """``cupy.cuda.Graph``: a recording; ``launch()`` runs its kernels again."""
+
+    def __init__(self, kernels):
+        self._kernels = kernels
+
+    def launch(self, stream=None):
+        global launches, _recording
+        launches += 1
+        for run, result, out in self._kernels:
+            new = run()
+            if out is None:
+                _write_back(result, new)
 
 
 def _unwrap(value):
@@ -98,18 +204,24 @@ def _apart_from(out, inputs):
     for x in inputs:
         if isinstance(x, ndarray) and x is not out and numpy.shares_memory(x._array, out._array):
             overlap_copies += 1
-            x = ndarray(x._array.copy())
+            x = ndarray(_kernel(x._array.copy, [x._array]))
         apart.append(x)
     return type(inputs)(apart)
 
 
-def _on_device(function):
-    """A NumPy function taking and giving device arrays; ``out=`` comes back as given."""
+def _on_device(function, owner=None):
+    """A NumPy function taking and giving device arrays; ``out=`` comes back as given.
+    ``owner``: the NumPy array whose method ``function`` is (its result may be a view)."""
 
     def call(*args, **kwargs):
-        args = _apart_from(kwargs.get("out"), args)
-        result = function(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()})
         out = kwargs.get("out")
+        host_args = _unwrap(_apart_from(out, args))
+        host_kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+        result = _kernel(
+            lambda: function(*host_args, **host_kwargs),
+            [*host_args, owner],
+            host_kwargs.get("out"),
+        )
         return out if isinstance(out, ndarray) else _wrap(result)
 
     return call
@@ -122,7 +234,7 @@ class ndarray:  # noqa: N801 (CuPy's name)
 
     def __init__(self, array):
         self._array = array
-        _pool.track(self)
+        _allocator.track(self)
 
     # what CuPy refuses
     def __array__(self, *args, **kwargs):
@@ -140,23 +252,29 @@ class ndarray:  # noqa: N801 (CuPy's name)
         return self._array.copy()
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _refuse_blas(ufunc.__name__)
         outs = kwargs.get("out")
         if outs is not None:
             inputs = _apart_from(outs[0], inputs)
             kwargs["out"] = tuple(_unwrap(o) for o in outs)
-        result = getattr(ufunc, method)(*_unwrap(inputs), **kwargs)
+        host_inputs, compute = _unwrap(inputs), getattr(ufunc, method)
+        out = kwargs["out"][0] if outs is not None else None
+        result = _kernel(lambda: compute(*host_inputs, **kwargs), host_inputs, out)
         if outs is not None and len(outs) == 1:
             return outs[0]  # the device array that was written into
         return _wrap(result)
 
     def __array_function__(self, func, types, args, kwargs):
+        _refuse_blas(func.__name__)
         return _on_device(func)(*args, **kwargs)
 
     def __getitem__(self, key):
-        return _wrap(self._array[_unwrap(key)])
+        array, key = self._array, _unwrap(key)
+        return _wrap(_kernel(lambda: array[key], [array]))
 
     def __setitem__(self, key, value):
-        self._array[_unwrap(key)] = _unwrap(value)
+        array, key, value = self._array, _unwrap(key), _unwrap(value)
+        _kernel(lambda: array.__setitem__(key, value), [value], out=array)
 
     def __getattr__(self, name):
         if name == "_array" or name.startswith("__"):
@@ -176,7 +294,7 @@ class ndarray:  # noqa: N801 (CuPy's name)
                     raise TypeError(f"{name}() got an unexpected keyword argument")
                 return reduce(*args, **kwargs)
 
-        return _on_device(attr) if callable(attr) else _wrap(attr)
+        return _on_device(attr, self._array) if callable(attr) else _wrap(attr)
 
     def __len__(self):
         return len(self._array)
@@ -268,17 +386,33 @@ class _MemoryPool:
     def total_bytes(self) -> int:
         return self._held
 
+    def malloc(self, size):  # what using_allocator is given (the double allocates by NumPy)
+        raise NotImplementedError("the CuPy double allocates through NumPy")
+
 
 _pool = _MemoryPool()
+_allocator = _pool  # the pool new arrays count in (cuda.using_allocator changes it)
 
 
 def get_default_memory_pool() -> _MemoryPool:
     return _pool
 
 
+@contextlib.contextmanager
+def _using_allocator(allocator=None):
+    """``cupy.cuda.using_allocator(pool.malloc)``: new arrays come from ``pool``."""
+    global _allocator
+    previous, _allocator = _allocator, allocator.__self__
+    try:
+        yield
+    finally:
+        _allocator = previous
+
+
 class _Device:
     def synchronize(self) -> None:
-        pass
+        if _recording is not None:
+            _sync()
 
 
 class _Stream:
@@ -294,17 +428,52 @@ class _Stream:
         return False
 
     def synchronize(self) -> None:
+        if _recording is not None:
+            _sync()
         self.synchronized = True
 
+    def begin_capture(self, mode=None):
+        global _recording
+        if _recording is not None:
+            raise CUDARuntimeError("cudaErrorIllegalState: a stream is recording already")
+        _recording = SimpleNamespace(kernels=[], broken=False, stream=self)
+
+    def is_capturing(self) -> bool:
+        return _recording is not None and _recording.stream is self
+
+    def end_capture(self) -> _Graph:
+        global _recording
+        if not self.is_capturing():
+            raise CUDARuntimeError("cudaErrorIllegalState: this stream is not recording")
+        recording, _recording = _recording, None
+        if recording.broken:
+            raise CUDARuntimeError(
+                "cudaErrorStreamCaptureInvalidated: operation failed due to a previous "
+                "error during capture"
+            )
+        return _Graph(recording.kernels)
+
+
+_null_stream = _Stream()
 
 cuda = SimpleNamespace(
-    runtime=SimpleNamespace(getDeviceCount=lambda: 1), Device=_Device, Stream=_Stream
+    runtime=SimpleNamespace(getDeviceCount=lambda: 1),
+    Device=_Device,
+    Stream=_Stream,
+    Graph=_Graph,
+    graph=SimpleNamespace(Graph=_Graph),
+    MemoryPool=_MemoryPool,
+    using_allocator=_using_allocator,
+    get_current_stream=lambda: _null_stream,
 )
 
 
 def take_along_axis(a, indices, axis):
     """As CuPy: integer indices out of range wrap around (NumPy raises IndexError)."""
-    return _wrap(numpy.take_along_axis(a._array, indices._array % a.shape[axis], axis))
+    array, index = a._array, indices._array
+    return _wrap(
+        _kernel(lambda: numpy.take_along_axis(array, index % array.shape[axis], axis), [array])
+    )
 
 
 lib = SimpleNamespace(
@@ -316,12 +485,15 @@ def asarray(data, dtype=None):
     """Host data to the device (explicit, so NumPy arrays are welcome here)."""
     if isinstance(data, ndarray):
         return data if dtype is None or data.dtype == dtype else data.astype(dtype)
+    _from_host()
     return ndarray(numpy.array(data, dtype=dtype))
 
 
 def array(data, dtype=None, copy=True):
     if isinstance(data, ndarray):
-        return ndarray(numpy.array(data._array, dtype=dtype, copy=copy))
+        host = data._array
+        return ndarray(_kernel(lambda: numpy.array(host, dtype=dtype, copy=copy), [host]))
+    _from_host()
     return ndarray(numpy.array(data, dtype=dtype))
 
 
@@ -457,6 +629,15 @@ def _keywords_checked(name, function, ufunc):
     return call
 
 
+def _refusing_blas(name, function):
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        _refuse_blas(name)
+        return function(*args, **kwargs)
+
+    return call
+
+
 def __getattr__(name):
     """Every other function CuPy has, as NumPy's on device arrays only; constants as they
     are. A name CuPy does not have raises AttributeError, as it would."""
@@ -464,6 +645,8 @@ def __getattr__(name):
         raise AttributeError(f"module 'cupy' has no attribute {name!r} (CuPy 14.2 has none)")
     attr = getattr(numpy, name)
     if callable(attr) and not isinstance(attr, type):
+        if name in BLAS:
+            attr = _refusing_blas(name, attr)
         function = functools.wraps(attr)(
             _keywords_checked(name, _on_device(attr), isinstance(attr, numpy.ufunc))
         )
