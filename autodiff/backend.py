@@ -168,6 +168,8 @@ def asarray(data: Any, dtype: Any = None, device: str | None = None, copy: bool 
     target = normalize_device(device) if device is not None else device_of(data)
     if target == "gpu":
         cupy = _import_cupy()
+        if _recorder is not None and device_of(data) != "gpu":
+            raise CaptureRefused("copies data from the host to the GPU")
         if dtype is None and not hasattr(data, "dtype"):
             dtype = _GPU_DEFAULT_DTYPE if _is_floating_data(data) else None
         return cupy.array(data, dtype=dtype) if copy else cupy.asarray(data, dtype=dtype)
@@ -234,6 +236,83 @@ def worker_stream(values: Sequence[Any], streams: dict[int, Any], worker: int) -
     with streams[worker]:
         yield
     streams[worker].synchronize()
+
+
+# -- CUDA graphs (capture.py): a stream's kernels recorded once, then replayed ----------
+
+_recorder: Recorder | None = None  # the one recording now, if any
+
+
+class CaptureRefused(Exception):
+    """Work that a CUDA graph cannot record (capture.py runs it as usual instead)."""
+
+
+class Recorder:
+    """A CUDA stream and a memory pool of one recording's own (capture.py).
+
+    Inside ``active()`` CuPy launches its kernels on the stream and allocates from the
+    pool, which nothing else uses: a replay writes where the recording wrote, so that
+    memory must stay the recording's. ``record(work)`` records the kernels ``work()``
+    launches into a CUDA graph, without running them.
+    """
+
+    def __init__(self):
+        cupy = _import_cupy()
+        self.pool = cupy.cuda.MemoryPool()
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        cupy = _import_cupy()
+        # What the default stream has queued (a parameter's update) comes first.
+        cupy.cuda.get_current_stream().synchronize()
+        with cupy.cuda.using_allocator(self.pool.malloc), self.stream:
+            yield
+        self.stream.synchronize()
+
+    def record(self, work) -> Any:
+        """The CUDA graph of the kernels ``work()`` launches; ``graph.launch()`` runs them.
+        Raises what ``work`` raises, or CUDA's error when the recording broke."""
+        global _recorder
+        self.stream.begin_capture()
+        _recorder = self
+        try:
+            work()
+        except BaseException:
+            _recorder = None
+            try:
+                self.stream.end_capture()
+            except Exception:  # (a capture that broke: its error is not the news)
+                pass
+            raise
+        _recorder = None
+        return self.stream.end_capture()
+
+    def refusal(self, work) -> str | None:
+        """Why ``work()`` cannot be recorded ("NotImplementedError: calling cuBLAS ..."),
+        or None if it can. A trial: the recording is dropped, and any checks it left."""
+        try:
+            with collected_checks():
+                self.record(work)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def held_bytes(self) -> int:
+        return int(self.pool.total_bytes())
+
+
+@contextmanager
+def collected_checks() -> Iterator[dict]:
+    """The deferred checks (``check_later``) made inside the block, kept apart from the
+    others: a recording's flags are set by each replay, not by the recording."""
+    global _pending
+    outer, _pending = _pending, {}
+    collected = _pending
+    try:
+        yield collected
+    finally:
+        _pending = outer
 
 
 def memory_info() -> dict[str, int]:

@@ -13,7 +13,9 @@ The Executor's arguments add strategies, each from its own module, around that l
   planned buffer;
 * after a checked run, runs with the same leaf dtypes call the schedule compiled into
   one Python function (straight_line.py; ``Executor.source`` shows it);
-* ``workers=N`` (parallel.py) runs the nodes that are ready at once on N threads.
+* ``workers=N`` (parallel.py) runs the nodes that are ready at once on N threads;
+* ``capture=True`` (capture.py), on the GPU, records the compiled run as CUDA graphs
+  once and replays them: one launch for many kernels.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import backend, fusion, passes
+from .capture import Capture, CaptureReport
 from .fusion import FusionReport
 from .gradients import check_fixed_shapes, fixed_shapes
 from .graph import Node, Placeholder, TensorLeaf, describe, find_topo_sort
@@ -62,6 +65,12 @@ class Executor:
     threads (``autodiff.parallel``; ``trace`` says which ran where, and when): the same
     values, bit for bit, faster where the ops are large. A chain stays in the loop.
 
+    ``capture=True``, for a graph on the GPU, records the compiled run's kernels once as
+    CUDA graphs and replays them at each later run (``autodiff.capture``;
+    ``capture_report`` says what was recorded): the host launches a few graphs instead
+    of a kernel per op. Tensors the graph reads must be updated in place (as the
+    optimisers do); fed arrays are copied in. On the CPU it runs as compiled.
+
     >>> import autodiff as ad
     >>> x = ad.Variable("x")
     >>> [float(v) for v in Executor([x * x, x + 1]).run({x: 3.0})]
@@ -76,6 +85,7 @@ class Executor:
         optimize: bool = False,
         fuse: bool = False,
         workers: int = 1,
+        capture: bool = False,
     ):
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         for node in self.nodes:
@@ -91,6 +101,11 @@ class Executor:
                 f"ad.{rewrite}(nodes); Executor(small, plan=ad.memory.plan(small, feed))"
             )
         workers = as_workers(workers)
+        if capture and (plan is not None or workers > 1):
+            raise ValueError(
+                "Executor: capture=True records the run with buffers of its own, one "
+                "kernel after another; it takes neither plan= nor workers > 1."
+            )
         if plan is not None and workers > 1:
             raise ValueError(
                 "Executor: plan= with workers > 1: a memory plan shares buffers between "
@@ -122,6 +137,7 @@ class Executor:
         }
         result_slots = [self._slot[node] for node in self._run_nodes]
         self._compiled = None if plan is not None else StraightLine(self._steps, result_slots)
+        self._capture = Capture(self._steps, result_slots) if capture else None
         # Workers for a graph with nodes to run side by side; a chain runs in the loop.
         self._parallel = None
         if workers > 1 and widest_level(self._steps) > 1:
@@ -132,6 +148,11 @@ class Executor:
     def trace(self) -> list[Event]:
         """With ``workers``: which node ran on which worker in the last run, and when."""
         return [] if self._parallel is None else self._parallel.trace
+
+    @property
+    def capture_report(self) -> CaptureReport | None:
+        """With ``capture=True``: recordings, replays, and the steps run between graphs."""
+        return None if self._capture is None else self._capture.report
 
     @property
     def source(self) -> str | None:
@@ -152,7 +173,12 @@ class Executor:
         if self._parallel is not None and steps is self._steps:  # the workers' schedule
             self._parallel.run(values)
             return self._results(values, slot)
-        results = compiled.run(values) if compiled is not None else None
+        results = None
+        if self._capture is not None and compiled is not None and compiled is self._compiled:
+            if compiled.dtypes(values) in compiled.checked:  # (checked: recorded next)
+                results = self._capture.run(values)
+        if results is None and compiled is not None:
+            results = compiled.run(values)
         if results is None:  # the checked run: every op's checks, readable errors
             dtypes = compiled.dtypes(values) if compiled is not None else ()
             run_schedule(steps, values, self._compute())

@@ -325,6 +325,9 @@ class Op:
     # that reaches them means the caller differentiated a boolean or an index. The test
     # suite checks their values against NumPy instead of their derivatives.
     differentiable: ClassVar[bool] = True
+    # True for ops that draw new random numbers each time they run (dropout's mask): a
+    # recorded CUDA graph would replay the same draws, so capture.py runs them as usual.
+    is_random: ClassVar[bool] = False
 
     def __init_subclass__(cls, register: bool = True, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -392,7 +392,7 @@ class History:
     epoch_loss: list[float] = field(default_factory=list)
 
 
-def _step_function(model: Module, loss_fn: Callable, x: Any, y: Any, compiled: bool):
+def _step_function(model: Module, loss_fn: Callable, x: Any, y: Any, compiled: bool, capture: bool):
     """A function (x_batch, y_batch) -> [loss, *parameter gradients] as arrays."""
     params = model.parameters()
     if not compiled:  # define-by-run: a new graph for every batch
@@ -410,8 +410,11 @@ def _step_function(model: Module, loss_fn: Callable, x: Any, y: Any, compiled: b
     # Batch norm layers' batch statistics come out too, for their running averages.
     norms = [m for m in model.modules() if isinstance(m, BatchNorm) and m.statistics]
     statistics = [node for m in norms for node in m.statistics or ()]
-    # On the GPU each run of elementwise ops becomes one kernel (autodiff/fusion.py).
-    executor = Executor([loss, *gradients(loss, params), *statistics], fuse=model.device == "gpu")
+    # On the GPU each run of elementwise ops becomes one kernel (autodiff/fusion.py), and
+    # with capture the step's kernels are recorded once and replayed (autodiff/capture.py).
+    on_gpu = model.device == "gpu"
+    outputs = [loss, *gradients(loss, params), *statistics]
+    executor = Executor(outputs, fuse=on_gpu, capture=capture and on_gpu)
 
     def run(xb, yb):
         values = executor.run({x_var: xb, y_var: yb})
@@ -435,19 +438,21 @@ def train(
     seed: int = 0,
     progress: bool = True,
     compiled: bool = True,
+    capture: bool = True,
 ) -> History:
     """Fit ``model`` to ``(x, y)``: ``epochs`` passes over shuffled batches.
 
     ``loss_fn(model_output, labels)`` builds the loss; ``optimizer`` (from
     ``autodiff.optim``) updates the model's parameters. With ``compiled=True`` the
     graph is built once and run per batch; ``compiled=False`` rebuilds it every step
-    (define-by-run), which is slower but lets the model change between steps. Batches go
-    to the model's device. ``progress`` shows a tqdm bar with the epoch's loss.
+    (define-by-run), which is slower but lets the model change between steps. On the GPU
+    the compiled step is recorded as CUDA graphs and replayed (``capture=False``: not).
+    Batches go to the model's device. ``progress`` shows a tqdm bar with the epoch's loss.
     """
     from tqdm.auto import tqdm  # imported here: it is slow to import, and only train needs it
 
     model.train()  # dropout on; batch norm with the batch's statistics
-    step = _step_function(model, loss_fn, x, y, compiled)
+    step = _step_function(model, loss_fn, x, y, compiled, capture)
     history = History()
     steps_per_epoch = -(-len(x) // (batch_size or len(x)))
     bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, desc="training")

@@ -7,7 +7,8 @@
 * ``mlp``: one training step (forward, backward, SGD) of MLP 784-1024-1024-10, batch 256,
   and of MLP 4096-4096-4096-10, batch 4096; float32, ReLU, softmax cross-entropy. Target:
   autodiff within 1.2x of PyTorch. Compiled (one graph, run per step) with and without
-  fusion, and rebuilt every step (define-by-run).
+  fusion, captured (the compiled run recorded as CUDA graphs, replayed: capture.py), and
+  rebuilt every step (define-by-run).
 * ``cnn``: one training step of a small CNN on 28x28 images, batch 128 (conv 1->32,
   ReLU, max-pool, conv 32->64, ReLU, max-pool, linear 3136->10), against PyTorch (cuDNN).
 * ``plan``: the CuPy pool's peak of live bytes during one compiled MLP step (after a warm
@@ -30,14 +31,13 @@ import autodiff as ad
 from autodiff import backend, data, nn, optim
 
 
-def autodiff_mlp_step(sizes, batch, compiled=True, fuse=False):
-    return autodiff_step(
-        nn.MLP(sizes, device="gpu", seed=0), (sizes[0],), sizes[-1], batch, compiled, fuse
-    )
+def autodiff_mlp_step(sizes, batch, compiled=True, fuse=False, capture=False):
+    model = nn.MLP(sizes, device="gpu", seed=0)
+    return autodiff_step(model, (sizes[0],), sizes[-1], batch, compiled, fuse, capture)
 
 
-def autodiff_cnn_step(batch, compiled=True, fuse=False):
-    return autodiff_step(cnn(), (1, 28, 28), 10, batch, compiled, fuse)
+def autodiff_cnn_step(batch, compiled=True, fuse=False, capture=False):
+    return autodiff_step(cnn(), (1, 28, 28), 10, batch, compiled, fuse, capture)
 
 
 def cnn():
@@ -65,17 +65,18 @@ def training_graph(model, example_shape, classes, batch):
     return [loss, *ad.gradients(loss, model.parameters())], {xv: x, yv: y}, (x, y)
 
 
-def autodiff_step(model, example_shape, classes, batch, compiled=True, fuse=False):
+def autodiff_step(model, example_shape, classes, batch, compiled=True, fuse=False, capture=False):
     """One SGD step of ``model`` on a fixed random batch, on the GPU."""
     opt = optim.SGD(model.parameters(), lr=0.01)
     outputs, feed, (x, y) = training_graph(model, example_shape, classes, batch)
     if compiled:
-        executor = ad.Executor(outputs, fuse=fuse)
+        executor = ad.Executor(outputs, fuse=fuse, capture=capture)
 
         def step():
             _, *grads = executor.run(feed)
             opt.step(grads)
 
+        step.executor = executor
         return step
 
     def rebuilt_step():
@@ -142,11 +143,20 @@ def bench_mlp(args):
         peers = {
             "autodiff compiled": (autodiff_mlp_step(sizes, batch, True), backend.synchronize),
             "autodiff fused": (autodiff_mlp_step(sizes, batch, True, True), backend.synchronize),
+            "autodiff captured": (
+                autodiff_mlp_step(sizes, batch, capture=True),
+                backend.synchronize,
+            ),
+            "autodiff fused+capt": (
+                autodiff_mlp_step(sizes, batch, fuse=True, capture=True),
+                backend.synchronize,
+            ),
             "autodiff rebuilt": (autodiff_mlp_step(sizes, batch, False), backend.synchronize),
         }
         if args.torch:
             peers["torch cuda"] = torch_mlp_step(sizes, batch)
         report(peers, args, "ms", 1e3)
+        print(f"  captured: {peers['autodiff captured'][0].executor.capture_report}")
 
 
 def bench_cnn(args):
@@ -155,11 +165,17 @@ def bench_cnn(args):
     peers = {
         "autodiff compiled": (autodiff_cnn_step(batch, True), backend.synchronize),
         "autodiff fused": (autodiff_cnn_step(batch, True, True), backend.synchronize),
+        "autodiff captured": (autodiff_cnn_step(batch, capture=True), backend.synchronize),
+        "autodiff fused+capt": (
+            autodiff_cnn_step(batch, fuse=True, capture=True),
+            backend.synchronize,
+        ),
         "autodiff rebuilt": (autodiff_cnn_step(batch, False), backend.synchronize),
     }
     if args.torch:
         peers["torch cuda"] = torch_cnn_step(batch)
     report(peers, args, "ms", 1e3)
+    print(f"  captured: {peers['autodiff captured'][0].executor.capture_report}")
 
 
 def bench_plan(args):
@@ -210,7 +226,8 @@ def bench_plan(args):
 
 def report(peers, args, unit, scale):
     """Time the peers interleaved (they take turns), print medians and ratios."""
-    for step, sync in peers.values():  # warm up once: kernels compile, pools fill
+    for step, sync in peers.values():  # warm up: kernels compile, pools fill, graphs record
+        step()
         step()
         sync()
     times = {name: [] for name in peers}

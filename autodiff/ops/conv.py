@@ -338,6 +338,7 @@ class DropoutMask(Op):
 
     name = "dropout_mask"
     shape_inputs = (0,)
+    is_random = True
 
     def compute(self, x, p, rng):
         uniform = backend.random_uniform(tuple(x.shape), x.dtype, backend.device_of(x), rng)
