@@ -154,6 +154,9 @@ def test_lecture_4_shows_the_gpu_when_there_is_one():
     table = re.findall(r"\| (\d+) \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", text)
     assert table == ["16", "64", "256", "512", "1024", "2048", "4096"]
     assert re.search(r"\| GPU \| \d+ \| \d+ \|", text), "the CNN's GPU row is missing"
+    captured = re.findall(r"\| (\d+) \| [\d.]+ ms \| [\d.]+ ms \| [\d.]+x \|", text)
+    assert captured == ["64", "512", "4096"], "the compiled vs captured table"
+    assert "replay(s)" in text and "not captured" not in text, "the capture report"
     pool_plot = [c for c in notebook.cells if c.cell_type == "code" and "memory_info()" in c.source]
     assert pool_plot and any("image/png" in o.get("data", {}) for o in pool_plot[0].outputs)
 
