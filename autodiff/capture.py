@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import backend
+from .graph import describe
 from .scheduling import Step
 from .straight_line import INPUT_ERRORS, kernel
 
@@ -72,19 +73,30 @@ class Launch:
         self.graph.launch()
 
 
+class ShapeChanged(Exception):
+    """A step run as usual gave another shape or dtype than when it was recorded."""
+
+
 class AsUsual:
     """A step that cannot be recorded, run on the inputs the recording reads, into the
-    buffer the later segments read."""
+    buffer (of its own) that the later segments read."""
 
     def __init__(self, node: Any, input_vals: list, out: Any):
         self.node, self.input_vals, self.out = node, input_vals, out
 
     def __call__(self) -> None:
-        node = self.node
-        if node.op.takes_out:
-            node.op.compute_into(self.out, *self.input_vals, **node.attrs)
-        else:
-            self.out[...] = kernel(node)(*self.input_vals)
+        node, out = self.node, self.out
+        if node.op.takes_out:  # (its output's shape follows its inputs', which are fixed)
+            node.op.compute_into(out, *self.input_vals, **node.attrs)
+            return
+        value = kernel(node)(*self.input_vals)
+        if getattr(value, "shape", None) != out.shape or value.dtype != out.dtype:
+            raise ShapeChanged(
+                f"{node.op.name} gave {describe(value)} where it gave "
+                f"{describe(out)} when recorded: its shape depends on the "
+                f"values, which the recorded kernels after it cannot follow"
+            )
+        out[...] = value
 
 
 @dataclass
@@ -132,35 +144,51 @@ class Capture:
         recording = self._recordings.pop(key, None)
         if recording is not None:
             self._recordings[key] = recording  # (the latest used, last)
-            self.report.replays += 1
-            return recording.replay(values)
+            return self._replay(recording, values)
         if self.report.recordings >= RECORDINGS_BEFORE_GIVING_UP:
-            self._recordings.clear()
-            self._given_up = True
-            self.report.not_captured = (
-                f"recorded {self.report.recordings} times: the leaves change shape, dtype "
-                f"or array from run to run (update parameters in place: p -= lr * grad)"
+            self._give_up(
+                f"recorded {self.report.recordings} times (the latest {RECORDINGS_KEPT} "
+                f"are kept): the fed shapes or dtypes, the numbers fed, or the tensors' "
+                f"arrays change from run to run (update parameters in place: "
+                f"p -= lr * grad)"
             )
             return None
         while len(self._recordings) >= RECORDINGS_KEPT:  # their memory goes first
             del self._recordings[next(iter(self._recordings))]
         return self._record(values, key)
 
+    def _replay(self, recording: Recording, values: list) -> list | None:
+        try:
+            results = recording.replay(values)
+        except ShapeChanged as exc:
+            self._give_up(str(exc))
+            return None
+        except INPUT_ERRORS:
+            return None  # a step run as usual refused its inputs: the checked run explains
+        self.report.replays += 1
+        return results
+
+    def _give_up(self, why: str) -> None:
+        self._recordings.clear()
+        self._given_up = True
+        self.report.not_captured = why
+
     def _key(self, values: list) -> tuple | None:
         """What a recording is valid for: each leaf's shape and dtype (fed values), the
         very array (a tensor's own value, read where it is), or the number (baked into
         the kernels); None when a leaf is not on the GPU."""
         leaf_values = [values[i] for i in self.leaf_slots]
-        devices = {backend.device_of(v) for v in leaf_values if not backend.is_weak_scalar(v)}
+        devices = {backend.device_of(v) for v in leaf_values if not _is_number(v)}
         if "gpu" not in devices:
             self.report.not_captured = "the graph is on the CPU: nothing to record"
             return None
         if "cpu" in devices:
-            return None  # (a NumPy array fed to a GPU graph: the compiled run says why)
+            self.report.not_captured = "a NumPy array is fed to a graph on the GPU"
+            return None
         key: list = []
         for i, value in zip(self.leaf_slots, leaf_values, strict=True):
-            if backend.is_weak_scalar(value):
-                key.append((type(value), value))
+            if _is_number(value):  # -0.0 is not 0.0: by their text
+                key.append((type(value), getattr(value, "dtype", None), repr(value)))
             elif value is self.steps[i][0].value:
                 key.append(("own", id(value)))
             else:
@@ -172,7 +200,7 @@ class Capture:
         fed = [
             (i, values[i].copy())
             for i in self.leaf_slots
-            if not backend.is_weak_scalar(values[i]) and values[i] is not self.steps[i][0].value
+            if not _is_number(values[i]) and values[i] is not self.steps[i][0].value
         ]
         static = list(values)
         for slot, buffer in fed:
@@ -188,8 +216,7 @@ class Capture:
                 leaves = [values[i] for i in self.leaf_slots]
                 recording = Recording(key, recorder, leaves, fed, actions, outputs, checks)
             except Exception as exc:
-                self._given_up = True
-                self.report.not_captured = f"recording failed ({type(exc).__name__}: {exc})"
+                self._give_up(f"recording failed ({type(exc).__name__}: {exc})")
         if recording is not None:
             self._recordings[key] = recording
             report = self.report
@@ -254,8 +281,7 @@ class Capture:
                     f"{node.op.name} gives {type(out).__name__}, not a GPU array: the "
                     f"steps after it would bake its value into their kernels"
                 )
-            if out.base is not None:  # a view of an input: a buffer of its own instead
-                out = out.copy()
+            out = out.copy()  # a buffer of its own (the value may be an input, or a view)
             actions.append(AsUsual(node, [values[j] for j in input_slots], out))
             values[i] = out
             for j in frees:
@@ -269,3 +295,11 @@ class Capture:
             values[i] = kernel(node)(*[values[j] for j in input_slots])
             for j in frees:
                 values[j] = None
+
+
+def _is_number(value: Any) -> bool:
+    """A Python number, or a 0-d NumPy array (a number fed to a placeholder): recorded
+    kernels take it as an argument, baked in."""
+    return backend.is_weak_scalar(value) or (
+        backend.device_of(value) == "cpu" and getattr(value, "ndim", None) == 0
+    )

@@ -259,3 +259,75 @@ def test_a_tensor_given_a_new_array_at_every_run_ends_the_recording():
     report = captured.capture_report
     assert report.recordings == 8 and "recorded 8 times" in report.not_captured
     assert "in place" in str(report)
+
+
+class ClipByNorm(Op, register=False):
+    """Y = X, or X / |X| when |X| > 1: the norm read on the host; may give X itself."""
+
+    def compute(self, x):
+        norm = float(backend.namespace(x).sqrt((x * x).sum()))
+        return x if norm <= 1.0 else x * (1.0 / norm)
+
+    def infer(self, x):
+        return ad.graph.Spec(x.shape, x.dtype)
+
+    def gradient(self, node, output_grad):
+        return [output_grad]
+
+
+@requires_gpu
+def test_a_step_run_as_usual_that_gives_its_input_back_writes_into_its_own_buffer():
+    w = ad.tensor(backend.to_device(np.array([0.3, 0.4], np.float32), "gpu"))
+    x = ad.Variable("x", shape=(2,), dtype="float32")
+    outputs = [ClipByNorm.apply(w), w + 0, ad.exp(ClipByNorm.apply(x))]
+    captured, compiled = ad.Executor(outputs, capture=True), ad.Executor(outputs)
+    small = backend.to_device(np.array([0.1, 0.2], np.float32), "gpu")
+    for _ in range(3):
+        assert_same(captured.run({x: small}), compiled.run({x: small}))
+    w.value[...] = backend.to_device(np.array([3.0, 4.0], np.float32), "gpu")  # in place
+    large = backend.to_device(np.array([3.0, 4.0], np.float32), "gpu")
+    assert_same(captured.run({x: large}), compiled.run({x: large}))
+    np.testing.assert_array_equal(backend.to_numpy(w.value), [3.0, 4.0])  # w untouched
+    assert captured.capture_report.replays == 2
+
+
+class Positives(Op, register=False):
+    """The first k elements of X, k the number of positive ones: a shape set by values."""
+
+    def compute(self, x):
+        return x[: int((x > 0).sum())].copy()
+
+    def infer(self, x):
+        return ad.graph.Spec(ad.static_shapes.UNKNOWN, x.dtype)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+
+@requires_gpu
+def test_a_shape_that_depends_on_the_values_ends_the_recording_not_the_answer():
+    x = ad.Variable("x", shape=(4,), dtype="float32")
+    head = Positives.apply(x)
+    outputs = [head, ad.sum(head * 2)]
+    captured, compiled = ad.Executor(outputs, capture=True), ad.Executor(outputs)
+    for values in ([1, 2, -1, -1],) * 3 + ([5, -1, -1, -1], [1, 2, 3, -1]):
+        xb = backend.to_device(np.array(values, np.float32), "gpu")
+        assert_same(captured.run({x: xb}), compiled.run({x: xb}))
+    report = captured.capture_report
+    assert report.replays == 1 and "depends on the values" in report.not_captured
+
+
+@requires_gpu
+@pytest.mark.filterwarnings("ignore:divide by zero")  # (1 / 0.0 on the CuPy double)
+def test_numbers_fed_are_baked_into_the_recording_each_value_its_own():
+    s = ad.tensor(backend.to_device(np.float32(1.0), "gpu"))
+    v = ad.Variable("v", shape=(2,), dtype="float32")
+    lr = ad.Variable("lr")
+    outputs = [1 / (v * 0 + s), v * lr]
+    captured, compiled = ad.Executor(outputs, capture=True), ad.Executor(outputs)
+    vb = backend.to_device(np.array([-1.0, 1.0], np.float32), "gpu")
+    for zero, rate in [(0.0, 0.1)] * 3 + [(-0.0, 0.1), (0.0, 0.5), (0.0, 0.5)]:
+        feed = {s: zero, v: vb, lr: rate}  # (lr: a 0-d NumPy array once fed)
+        assert_same(captured.run(feed), compiled.run(feed))
+    report = captured.capture_report
+    assert (report.recordings, report.replays, report.not_captured) == (3, 2, None)

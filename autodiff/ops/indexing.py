@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace
+from ..backend import namespace, to_device
 from ..graph import Node, Op, ShapeError, Spec, named
 from ..static_shapes import UNKNOWN, has_rank, is_static, result_dtype
 from .elementwise import zeros_like
@@ -71,7 +71,8 @@ def _on_device(index: tuple, x: Any) -> tuple:
     xp = namespace(x)
     if xp is np or _is_basic(index):
         return index
-    return tuple(xp.asarray(e) if isinstance(e, np.ndarray) else e for e in index)
+    # (through the backend: a copy from the host, which a CUDA graph must not record)
+    return tuple(to_device(e, "gpu") if isinstance(e, np.ndarray) else e for e in index)
 
 
 def _as_view(index: tuple) -> tuple:
