@@ -37,7 +37,10 @@ a student's GPU. This module copies the behaviour of CuPy that trips NumPy code:
 * ``fuse`` traces the function once per input dtypes with stand-ins that have a dtype
   and ndim but no shape and refuse ``bool()``, as CuPy's tracer does, so a program CuPy
   could not fuse fails here too; then it runs the function for the values;
-* no stricter than CuPy: 0-d NumPy arrays mix in as scalars, an operand whose
+* a 0-d NumPy array in arithmetic is refused (``gpu * numpy.asarray(0.1)``: TypeError
+  "Unsupported type", as CuPy 14.2 raised on an H200), NumPy scalars (``numpy.float64``)
+  are strong (float32 times one is float64);
+* no stricter than CuPy: 0-d NumPy arrays mix into comparisons, an operand whose
   ``__array_ufunc__`` is None (a Node) gets its reflected operator, and
   ``random.default_rng`` draws device arrays.
 
@@ -97,6 +100,17 @@ def _from_host() -> None:
 # -- stream capture: kernels recorded as closures over their buffers, run at each launch --
 
 _recording = None  # while a stream records: its kernels, and whether a wait broke it
+
+
+COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
+
+
+def _refuse_0d_arrays(ufunc, inputs) -> None:
+    """CuPy 14.2 takes a 0-d NumPy array in a comparison, not in arithmetic (measured)."""
+    if ufunc.__name__ not in COMPARISONS:
+        for x in inputs:
+            if type(x) is numpy.ndarray:
+                raise TypeError(f"Unsupported type {type(x)}")
 
 
 def _refuse_blas(name: str) -> None:
@@ -253,6 +267,7 @@ class ndarray:  # noqa: N801 (CuPy's name)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         _refuse_blas(ufunc.__name__)
+        _refuse_0d_arrays(ufunc, inputs)
         outs = kwargs.get("out")
         if outs is not None:
             inputs = _apart_from(outs[0], inputs)
@@ -629,6 +644,15 @@ def _keywords_checked(name, function, ufunc):
     return call
 
 
+def _refusing_0d_arrays(ufunc, function):
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        _refuse_0d_arrays(ufunc, args)
+        return function(*args, **kwargs)
+
+    return call
+
+
 def _refusing_blas(name, function):
     @functools.wraps(function)
     def call(*args, **kwargs):
@@ -651,6 +675,7 @@ def __getattr__(name):
             _keywords_checked(name, _on_device(attr), isinstance(attr, numpy.ufunc))
         )
         if isinstance(attr, numpy.ufunc):  # cupy.add.at (CuPy 13): in place, on device arrays
+            function = _refusing_0d_arrays(attr, function)
             function.at = _on_device(attr.at)
         return function
     return attr

@@ -322,12 +322,12 @@ def test_a_shape_that_depends_on_the_values_ends_the_recording_not_the_answer():
 def test_numbers_fed_are_baked_into_the_recording_each_value_its_own():
     s = ad.tensor(backend.to_device(np.float32(1.0), "gpu"))
     v = ad.Variable("v", shape=(2,), dtype="float32")
-    lr = ad.Variable("lr")
+    lr = ad.tensor(backend.to_device(np.float32(0.1), "gpu"))
     outputs = [1 / (v * 0 + s), v * lr]
     captured, compiled = ad.Executor(outputs, capture=True), ad.Executor(outputs)
     vb = backend.to_device(np.array([-1.0, 1.0], np.float32), "gpu")
     for zero, rate in [(0.0, 0.1)] * 3 + [(-0.0, 0.1), (0.0, 0.5), (0.0, 0.5)]:
-        feed = {s: zero, v: vb, lr: rate}  # (lr: a 0-d NumPy array once fed)
+        feed = {s: zero, v: vb, lr: rate}  # (numbers fed to tensors stay numbers)
         assert_same(captured.run(feed), compiled.run(feed))
     report = captured.capture_report
     assert (report.recordings, report.replays, report.not_captured) == (3, 2, None)

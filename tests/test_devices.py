@@ -277,6 +277,10 @@ def test_the_cupy_double_has_what_cupy_14_has_and_nothing_more():
     node = ad.tensor(np.ones(3, np.float32))  # (gpu * node: the Node's __rmul__ decides)
     assert gpu.__mul__(node) is NotImplemented and gpu.__lt__(node) is NotImplemented
     np.testing.assert_array_equal((gpu < np.asarray(2.0)).get(), [True] * 3)  # 0-d NumPy
+    for arithmetic in (lambda: gpu * np.asarray(0.1), lambda: np.asarray(1) + gpu):
+        with pytest.raises(TypeError, match="Unsupported type"):  # (CuPy 14.2, an H200)
+            arithmetic()
+    assert (gpu * np.float64(0.1)).dtype == np.float64  # a NumPy scalar is strong
     draws = fakecupy.random.default_rng(0).random(4)
     assert isinstance(draws, fakecupy.ndarray) and draws.shape == (4,)
 
