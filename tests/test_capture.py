@@ -141,7 +141,17 @@ def test_dropout_draws_new_masks_at_every_replay():
         assert set(np.unique(mask)) <= {0.0, 2.0}
 
 
-class ScaleByMax(Op, register=False):
+class SameShape(Op, register=False):
+    """A test op whose output is shaped like its input; no gradient."""
+
+    def infer(self, x):
+        return ad.graph.Spec(x.shape, x.dtype)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+
+class ScaleByMax(SameShape, register=False):
     """Y = X * max(X), with the max read back on the host (an op that waits for the GPU)
     and checked there."""
 
@@ -150,12 +160,6 @@ class ScaleByMax(Op, register=False):
         if not np.isfinite(top):  # (garbage would fail here: a recording computes none)
             raise ValueError(f"scale_by_max: the max is {top}")
         return x * top
-
-    def infer(self, x):
-        return ad.graph.Spec(x.shape, x.dtype)
-
-    def gradient(self, node, output_grad):
-        return [None]
 
 
 @requires_gpu
@@ -261,18 +265,12 @@ def test_a_tensor_given_a_new_array_at_every_run_ends_the_recording():
     assert "in place" in str(report)
 
 
-class ClipByNorm(Op, register=False):
+class ClipByNorm(SameShape, register=False):
     """Y = X, or X / |X| when |X| > 1: the norm read on the host; may give X itself."""
 
     def compute(self, x):
         norm = float(backend.namespace(x).sqrt((x * x).sum()))
         return x if norm <= 1.0 else x * (1.0 / norm)
-
-    def infer(self, x):
-        return ad.graph.Spec(x.shape, x.dtype)
-
-    def gradient(self, node, output_grad):
-        return [output_grad]
 
 
 @requires_gpu
