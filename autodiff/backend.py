@@ -325,6 +325,11 @@ def memory_info() -> dict[str, int]:
     return {"used_bytes": int(pool.used_bytes()), "held_bytes": int(pool.total_bytes())}
 
 
+def copy_of(value: Any) -> Any:
+    """A copy of an array (on its device); a Python number as it is."""
+    return value if is_weak_scalar(value) else value.copy()
+
+
 def to_device(x: Array, device: str) -> Array:
     """Copy an array to 'cpu' or 'gpu' (no copy if it is already there)."""
     return asarray(x, device=device)

@@ -118,7 +118,7 @@ class Recording:
             action()
         for flag, error in self.checks:
             backend.check_later(flag.copy(), error)  # (the next replay overwrites flag)
-        return [out if backend.is_weak_scalar(out) else out.copy() for out in self.outputs]
+        return [backend.copy_of(out) for out in self.outputs]
 
 
 class Capture:
@@ -228,7 +228,7 @@ class Capture:
             report.held_bytes = sum(r.recorder.held_bytes() for r in self._recordings.values())
         # Copies, made outside the recording's pool: the values are the recording's own
         # buffers (a step's that runs as usual, a feed's).
-        return [r if backend.is_weak_scalar(r) else r.copy() for r in results]
+        return [backend.copy_of(r) for r in results]
 
     def _try_each_step(self, recorder: backend.Recorder, values: list) -> tuple[dict, list]:
         """Run the schedule, first recording each step alone (a trial, dropped). Returns

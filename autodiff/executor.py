@@ -173,12 +173,12 @@ class Executor:
         if self._parallel is not None and steps is self._steps:  # the workers' schedule
             self._parallel.run(values)
             return self._results(values, slot)
-        results = None
         if self._capture is not None and compiled is not None and compiled is self._compiled:
             if compiled.dtypes(values) in compiled.checked:  # (checked: recorded next)
-                results = self._capture.run(values)
-        if results is None and compiled is not None:
-            results = compiled.run(values)
+                captured = self._capture.run(values)
+                if captured is not None:
+                    return captured  # (copies already: the caller's own)
+        results = compiled.run(values) if compiled is not None else None
         if results is None:  # the checked run: every op's checks, readable errors
             dtypes = compiled.dtypes(values) if compiled is not None else ()
             run_schedule(steps, values, self._compute())
@@ -190,7 +190,8 @@ class Executor:
     def _results(self, values: list, slot: dict | None = None) -> list:
         """The outputs (from their slots, if ``slot``), copied where they are leaves."""
         results = values if slot is None else [values[slot[node]] for node in self._run_nodes]
-        return [_copy_of(r) if i in self._copied_outputs else r for i, r in enumerate(results)]
+        copy_of = backend.copy_of
+        return [copy_of(r) if i in self._copied_outputs else r for i, r in enumerate(results)]
 
     def _compute(self) -> Compute | None:
         """How each step computes: ``op.run``, or into the memory plan's buffers."""
@@ -236,10 +237,6 @@ def _check_rewritten_feed(node: Node, value: Any, flag: str) -> Any:
         f"graph may have folded or merged it. Feed placeholders and tensors only, or build "
         f"the Executor with {flag}=False to override constants and intermediate nodes."
     )
-
-
-def _copy_of(value: Any) -> Any:
-    return value if backend.is_weak_scalar(value) else value.copy()
 
 
 def evaluate(nodes: Node | Sequence[Node], feed_dict: dict | None = None):

@@ -81,20 +81,19 @@ class CUDARuntimeError(RuntimeError):
 def _sync() -> None:
     global syncs
     syncs += 1
-    if _recording is not None:  # CUDA: a wait inside a capture breaks it
-        _recording.broken = True
-        raise CUDARuntimeError(
-            "cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing"
-        )
+    _refuse_while_recording("operation not permitted when stream is capturing")
 
 
 def _from_host() -> None:
     """A copy from the host: refused while recording, as a wait is (no sync counted)."""
+    _refuse_while_recording("a copy from pageable host memory while capturing")
+
+
+def _refuse_while_recording(what: str) -> None:
+    """CUDA: a wait (or a copy from the host) inside a capture breaks it."""
     if _recording is not None:
         _recording.broken = True
-        raise CUDARuntimeError(
-            "cudaErrorStreamCaptureUnsupported: a copy from pageable host memory while capturing"
-        )
+        raise CUDARuntimeError(f"cudaErrorStreamCaptureUnsupported: {what}")
 
 
 # -- stream capture: kernels recorded as closures over their buffers, run at each launch --
@@ -644,19 +643,12 @@ def _keywords_checked(name, function, ufunc):
     return call
 
 
-def _refusing_0d_arrays(ufunc, function):
+def _refusing(check, function):
+    """``function``, after ``check(args)``, which raises what CuPy would refuse."""
+
     @functools.wraps(function)
     def call(*args, **kwargs):
-        _refuse_0d_arrays(ufunc, args)
-        return function(*args, **kwargs)
-
-    return call
-
-
-def _refusing_blas(name, function):
-    @functools.wraps(function)
-    def call(*args, **kwargs):
-        _refuse_blas(name)
+        check(args)
         return function(*args, **kwargs)
 
     return call
@@ -670,12 +662,12 @@ def __getattr__(name):
     attr = getattr(numpy, name)
     if callable(attr) and not isinstance(attr, type):
         if name in BLAS:
-            attr = _refusing_blas(name, attr)
+            attr = _refusing(lambda args: _refuse_blas(name), attr)
         function = functools.wraps(attr)(
             _keywords_checked(name, _on_device(attr), isinstance(attr, numpy.ufunc))
         )
         if isinstance(attr, numpy.ufunc):  # cupy.add.at (CuPy 13): in place, on device arrays
-            function = _refusing_0d_arrays(attr, function)
+            function = _refusing(lambda args, ufunc=attr: _refuse_0d_arrays(ufunc, args), function)
             function.at = _on_device(attr.at)
         return function
     return attr
