@@ -137,45 +137,39 @@ def timed(step, sync, number):
     return (time.perf_counter() - start) / number
 
 
+# The kit's ways of running a step: (compiled, fuse, capture) for autodiff_step.
+WAYS = {
+    "autodiff compiled": (True, False, False),
+    "autodiff fused": (True, True, False),
+    "autodiff captured": (True, False, True),
+    "autodiff fused+capt": (True, True, True),
+    "autodiff rebuilt": (False, False, False),
+}
+
+
+def compare_steps(args, make_step, torch_step):
+    """Time ``make_step(compiled, fuse, capture)`` each way next to PyTorch's step."""
+    peers = {name: (make_step(*way), backend.synchronize) for name, way in WAYS.items()}
+    if args.torch:
+        peers["torch cuda"] = torch_step()
+    report(peers, args, "ms", 1e3)
+    print(f"  captured: {peers['autodiff captured'][0].executor.capture_report}")
+
+
 def bench_mlp(args):
     for sizes, batch in (((784, 1024, 1024, 10), 256), ((args.width,) * 3 + (10,), args.width)):
         print(f"\n== MLP {'-'.join(map(str, sizes))}, batch {batch}, float32: ms per step ==")
-        peers = {
-            "autodiff compiled": (autodiff_mlp_step(sizes, batch, True), backend.synchronize),
-            "autodiff fused": (autodiff_mlp_step(sizes, batch, True, True), backend.synchronize),
-            "autodiff captured": (
-                autodiff_mlp_step(sizes, batch, capture=True),
-                backend.synchronize,
-            ),
-            "autodiff fused+capt": (
-                autodiff_mlp_step(sizes, batch, fuse=True, capture=True),
-                backend.synchronize,
-            ),
-            "autodiff rebuilt": (autodiff_mlp_step(sizes, batch, False), backend.synchronize),
-        }
-        if args.torch:
-            peers["torch cuda"] = torch_mlp_step(sizes, batch)
-        report(peers, args, "ms", 1e3)
-        print(f"  captured: {peers['autodiff captured'][0].executor.capture_report}")
+        compare_steps(
+            args,
+            lambda *way, s=sizes, b=batch: autodiff_mlp_step(s, b, *way),
+            lambda s=sizes, b=batch: torch_mlp_step(s, b),
+        )
 
 
 def bench_cnn(args):
     batch = 16 if args.quick else 128
     print(f"\n== CNN on 28x28 images, batch {batch}, float32: ms per step ==")
-    peers = {
-        "autodiff compiled": (autodiff_cnn_step(batch, True), backend.synchronize),
-        "autodiff fused": (autodiff_cnn_step(batch, True, True), backend.synchronize),
-        "autodiff captured": (autodiff_cnn_step(batch, capture=True), backend.synchronize),
-        "autodiff fused+capt": (
-            autodiff_cnn_step(batch, fuse=True, capture=True),
-            backend.synchronize,
-        ),
-        "autodiff rebuilt": (autodiff_cnn_step(batch, False), backend.synchronize),
-    }
-    if args.torch:
-        peers["torch cuda"] = torch_cnn_step(batch)
-    report(peers, args, "ms", 1e3)
-    print(f"  captured: {peers['autodiff captured'][0].executor.capture_report}")
+    compare_steps(args, lambda *way: autodiff_cnn_step(batch, *way), lambda: torch_cnn_step(batch))
 
 
 def bench_plan(args):

@@ -176,7 +176,7 @@ class _Graph:
         self._kernels = kernels
 
     def launch(self, stream=None):
-        global launches, _recording
+        global launches
         launches += 1
         for run, result, out in self._kernels:
             new = run()
@@ -425,8 +425,7 @@ def _using_allocator(allocator=None):
 
 class _Device:
     def synchronize(self) -> None:
-        if _recording is not None:
-            _sync()
+        _refuse_while_recording("operation not permitted when stream is capturing")
 
 
 class _Stream:
@@ -442,8 +441,7 @@ class _Stream:
         return False
 
     def synchronize(self) -> None:
-        if _recording is not None:
-            _sync()
+        _refuse_while_recording("operation not permitted when stream is capturing")
         self.synchronized = True
 
     def begin_capture(self, mode=None):
