@@ -61,6 +61,21 @@ def weak_number(x: Any) -> Any:
     return x
 
 
+def numbers_as_arrays(values: Sequence[Any]) -> list[Any]:
+    """``values`` with each Python number as a 0-d array, for ops that call array methods
+    (``x.sum()``). Weak still: a float takes the dtype of the first array beside it if that
+    is floating, and a number its device (else NumPy's own dtype, on the CPU)."""
+    like = next((v for v in values if not is_weak_scalar(v)), None)  # (None: 'cpu')
+    dtype = getattr(like, "dtype", None)
+    floating = dtype if dtype is not None and dtype.kind in "fc" else None
+    return [
+        asarray(v, floating if type(v) is float else None, device_of(like))
+        if is_weak_scalar(v)
+        else v
+        for v in values
+    ]
+
+
 def namespace(*arrays: Any):
     """The array module (numpy or cupy) that the given arrays belong to.
 
@@ -266,9 +281,11 @@ class Recorder:
         cupy = _import_cupy()
         # What the default stream has queued (a parameter's update) comes first.
         cupy.cuda.get_current_stream().synchronize()
-        with cupy.cuda.using_allocator(self.pool.malloc), self.stream:
-            yield
-        self.stream.synchronize()
+        try:
+            with cupy.cuda.using_allocator(self.pool.malloc), self.stream:
+                yield
+        finally:  # after an error too: nothing queued on the stream outlives the block
+            self.stream.synchronize()
 
     def record(self, work) -> Any:
         """The CUDA graph of the kernels ``work()`` launches; ``graph.launch()`` runs them.

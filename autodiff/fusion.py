@@ -228,6 +228,7 @@ class Fused(Op):
     """
 
     name = "fused"
+    takes_numbers = True
 
     def compute(self, *inputs, program: Program):
         if any(backend.device_of(x) == "gpu" for x in inputs):

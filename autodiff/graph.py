@@ -50,7 +50,8 @@ class DomainError(AutodiffError, ValueError):
 # soon as its inputs have values. gradients() builds its graph this way, then computes
 # only what the results need. A context variable: each thread has its own.
 _building: ContextVar[list[Node] | None] = ContextVar("building", default=None)
-_FLOAT64 = backend.float_dtype("float64")  # the dtype check's default for Python numbers
+_FLOAT64 = backend.float_dtype("float64")
+_NUMBERS = (int, float, bool)  # the dtype check's default for Python numbers
 _serials = itertools.count()  # numbers nodes in creation order (see Node.serial)
 new_serial = _serials.__next__
 
@@ -328,6 +329,10 @@ class Op:
     # True for ops that draw new random numbers each time they run (dropout's mask): a
     # recorded CUDA graph would replay the same draws, so capture.py runs them as usual.
     is_random: ClassVar[bool] = False
+    # True for ops that take Python numbers as they are (elementwise ops: NumPy's
+    # functions and operators do, and a number stays weak there). The others call array
+    # methods (x.sum()): a number reaches them as a 0-d array (backend.numbers_as_arrays).
+    takes_numbers: ClassVar[bool] = False
 
     def __init_subclass__(cls, register: bool = True, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -352,10 +357,11 @@ class Op:
         if built is not None:
             built.append(node)
             return node
-        input_vals = [x.value for x in inputs]
-        for value in input_vals:
-            if value is None:
+        input_vals = []
+        for x in inputs:
+            if x.value is None:
                 return node  # symbolic: computed later by an Executor
+            input_vals.append(x.value)
         try:
             node.value = op.run(input_vals, attrs)
         except DTypeError:
@@ -372,6 +378,11 @@ class Op:
             for value in input_vals:
                 if type(value) is not float and getattr(value, "dtype", _FLOAT64).kind not in "fc":
                     self.check_dtypes(input_vals)
+                    break
+        if not self.takes_numbers:
+            for value in input_vals:
+                if type(value) in _NUMBERS:
+                    input_vals = backend.numbers_as_arrays(input_vals)
                     break
         try:
             if out is not None:

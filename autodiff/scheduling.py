@@ -164,6 +164,8 @@ def _check_feed(node: Node, data) -> Any:
     if not isinstance(node.op, Placeholder):
         return data if backend.is_weak_scalar(data) else backend.asarray(data)
     dtype, declared = node.attrs.get("dtype"), node.attrs.get("shape")
+    if backend.is_weak_scalar(data) and dtype is None and not declared:
+        return data  # a number stays weak, as a number written in the graph (x * 2.0)
     ready = type(data) is np.ndarray and (dtype is None or data.dtype == dtype)
     if ready and (declared is None or data.shape == declared):
         return data  # (the common case: an array as declared, no None in the shape)

@@ -17,10 +17,11 @@ from typing import Any
 
 from .scheduling import Step
 
-# What an op raises on inputs it cannot take (NumPy's and ours). The compiled function
-# lets these through to a checked run, which explains them; any other error
-# (MemoryError, a bug) is raised as it is.
-INPUT_ERRORS = (ValueError, TypeError, ArithmeticError, IndexError)
+# What an op raises on inputs it cannot take (NumPy's and ours; AttributeError: a Python
+# number where an op calls array methods, which only Op.run makes 0-d arrays). The
+# compiled function lets these through to a checked run, which explains (or converts)
+# them; any other error (MemoryError, a bug) is raised as it is.
+INPUT_ERRORS = (ValueError, TypeError, ArithmeticError, IndexError, AttributeError)
 
 
 def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[str, dict]:

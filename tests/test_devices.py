@@ -81,6 +81,21 @@ def test_mixing_real_devices_is_a_device_error():
 
 
 @requires_gpu
+def test_a_number_fed_to_a_gpu_graph_stays_a_weak_number():
+    """Fed to a Variable, a Python number mixes with GPU arrays as one written in the
+    graph does (it once became a 0-d NumPy float64 array, which CuPy refuses)."""
+    x, y = ad.Variable("x"), ad.Variable("y")
+    data = backend.to_device(np.array([1.0, 2.0], dtype=np.float32), "gpu")
+    executor = ad.Executor([x * y, ad.sum(x) * y, ad.sum(y)])
+    for number in (2.0, 3.0, 3.0):
+        scaled, total, alone = executor.run({x: data, y: number})
+        assert backend.device_of(scaled) == "gpu" and scaled.dtype == np.float32
+        assert total.dtype == np.float32 and float(total) == 3 * number
+        np.testing.assert_array_equal(backend.to_device(scaled, "cpu"), [number, 2 * number])
+        assert float(alone) == number
+
+
+@requires_gpu
 @pytest.mark.parametrize("name", OPS)
 @given(data=st.data())
 def test_every_op_on_the_gpu_matches_the_cpu(name, data):

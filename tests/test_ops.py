@@ -101,6 +101,74 @@ def test_float32_stays_float32(name, data):
     assert tangent.value.dtype == np.float32
 
 
+# Python numbers are weak values the graph may hold (constants written as numbers, numbers
+# fed to a Variable): an op that calls array methods (x.sum()) gets them as 0-d arrays.
+ON_NUMBERS = {
+    "sum": ad.sum,
+    "max": ad.max,
+    "min": ad.min,
+    "prod": ad.prod,
+    "count": lambda x: ad.mean(x),
+    "logsumexp": ad.logsumexp,
+    "softmax": ad.softmax,
+    "log_softmax": ad.log_softmax,
+    "argmax": ad.argmax,
+    "argmin": ad.argmin,
+    "reshape": lambda x: ad.reshape(x, (1, 1)),
+    "transpose": ad.transpose,
+    "flatten": ad.flatten,
+    "expand_dims": lambda x: ad.expand_dims(x, 0),
+    "squeeze": ad.squeeze,
+    "broadcast_to": lambda x: ad.broadcast_to(x, (2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ON_NUMBERS))
+def test_an_op_takes_a_python_number_as_it_takes_a_0d_array(name):
+    def op_node(out):  # count: the node mean() divides by
+        found = [n for n in ad.graph.find_topo_sort([out]) if n.op.name == name]
+        assert found, f"{name} is not in the graph it should be tested in"
+        return out
+
+    expected = op_node(ON_NUMBERS[name](ad.constant(np.asarray(2.5)))).value
+    value = op_node(ON_NUMBERS[name](ad.constant(2.5))).value
+    assert np.shape(value) == np.shape(expected) and value.dtype == expected.dtype
+    np.testing.assert_array_equal(value, expected)
+    y = ad.Variable("y")  # fed as a number: checked run, then the compiled one
+    executor = ad.Executor([ON_NUMBERS[name](y)])
+    for number in (2.5, 2.5, -1.0):
+        (fed,) = executor.run({y: number})
+        (reference,) = executor.run({y: np.asarray(number)})
+        assert np.shape(fed) == np.shape(reference)
+        np.testing.assert_array_equal(fed, reference)
+
+
+def test_a_number_fed_to_a_variable_stays_weak():
+    x, y = ad.Variable("x"), ad.Variable("y")
+    x32 = np.array([1.0, 2.0], dtype=np.float32)
+    out = ad.sum(x * y) + y
+    executor = ad.Executor([out, *ad.gradients(out, [x, y])])
+    for number in (2.0, 3.0):
+        value, dx, dy = executor.run({x: x32, y: number})
+        assert value.dtype == dx.dtype == np.float32, (value.dtype, dx.dtype)
+        assert value == 3 * number + number and dy == 3 + 1
+        np.testing.assert_array_equal(dx, [number, number])
+    # declared with a dtype, a fed number takes it; with a shape, it must have that shape
+    typed = ad.Variable("typed", dtype="float32")
+    assert ad.evaluate(typed * 2.0, {typed: 3}).dtype == np.float32
+    with pytest.raises(ad.ShapeError, match="declared with shape"):
+        ad.evaluate(ad.Variable("v", shape=(2,)) * 2.0, {"v": 3.0})
+
+
+def test_every_op_that_takes_no_number_is_tested_with_one_or_needs_an_axis():
+    """A new op that calls array methods must be added to ON_NUMBERS (or NEEDS_ARRAYS)."""
+    needs_arrays = """broadcast_like col2im concatenate dropout_mask getitem im2col matmul
+        one_hot place_part reshape_like scatter_like softmax_cross_entropy
+        softmax_cross_entropy_gradient split_part sum_to_like tie_weights""".split()
+    takes_no_numbers = {n for n in OPS if not ad.Op.registry[n].takes_numbers}
+    assert takes_no_numbers == set(ON_NUMBERS) | set(needs_arrays)
+
+
 @pytest.mark.parametrize("name", OPS)
 def test_each_op_states_its_rules_in_its_docstring(name):
     cls = ad.Op.registry[name]

@@ -31,6 +31,7 @@ class Elementwise(Op, register=False):
     """
 
     in_place = True
+    takes_numbers = True
     # The array library's function computing the op (np.multiply, cupy.multiply): with
     # it, compute_into writes the result into a given array. None: the op cannot.
     ufunc: ClassVar[str | None] = None
