@@ -41,8 +41,8 @@ from .graph import Node, find_topo_sort, new_serial
 from .straight_line import kernel
 
 MAX_PROGRAMS = 64  # structures kept, least recently used first out
-_programs: OrderedDict[tuple, GradientProgram] = OrderedDict()
-_seen_once: OrderedDict[tuple, None] = OrderedDict()  # keys built once, not compiled yet
+_programs: OrderedDict[StructureKey, GradientProgram] = OrderedDict()
+_seen_once: OrderedDict[StructureKey, None] = OrderedDict()  # keys built once, not compiled yet
 _stats = {"hits": 0, "misses": 0, "uncacheable": 0}
 _enabled = [True]
 
@@ -95,15 +95,30 @@ def enabled() -> bool:
 _NUMBERS = (int, float, bool)
 
 
+class StructureKey:
+    """A graph's structure (a tuple of parts), hashed once: a lookup and the move to the
+    end of the cache's order each ask for the hash, and hashing walks the whole tuple."""
+
+    __slots__ = ("parts", "_hash")
+
+    def __init__(self, parts: tuple):
+        self.parts, self._hash = parts, hash(parts)  # TypeError: an unhashable setting
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StructureKey) and self.parts == other.parts
+
+
 def structure_key(inputs: Sequence[Node], wrt: Sequence[Node]) -> tuple | None:
     """The key of a valued forward graph (``inputs``, a topological order), or None when
     it holds a symbolic node. (A setting that cannot be hashed, such as an index array,
     makes the key unhashable: such graphs are not cached.)"""
-    position: dict[Node, int] = {}
+    position = {node: i for i, node in enumerate(inputs)}
     parts: list[tuple] = []
-    for i, node in enumerate(inputs):
+    for node in inputs:
         value: Any = node.value
-        position[node] = i
         # Of a value, what the program depends on: an array's shape, dtype and device
         # (its numbers are read at each run); a Python number itself (rules may write
         # it into the program).
@@ -306,11 +321,12 @@ def cached_gradients(
     ``retain_graph=False``: the intermediate forward values are let go as they are read
     for the last time (``build(inputs, release)`` lets go of ``release``)."""
     inputs = find_topo_sort([output, *wrt])  # (a wrt the output does not depend on: last)
-    key = structure_key(inputs, wrt) if _enabled[-1] else None
+    parts = structure_key(inputs, wrt) if _enabled[-1] else None
     try:
-        program = None if key is None else _programs.get(key)
+        key = None if parts is None else StructureKey(parts)
     except TypeError:  # an unhashable setting
         key = None
+    program = None if key is None else _programs.get(key)
     let_go: list[int] = []
     if not retain_graph:  # (a compiled structure knows its uses: a quicker count)
         let_go = program.unheld(inputs) if program else intermediates(inputs, output, wrt)
