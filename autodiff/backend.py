@@ -66,8 +66,7 @@ def numbers_as_arrays(values: Sequence[Any]) -> list[Any]:
     (``x.sum()``). Weak still: a float takes the dtype of the first array beside it if that
     is floating, and a number its device (else NumPy's own dtype, on the CPU)."""
     like = next((v for v in values if not is_weak_scalar(v)), None)  # (None: 'cpu')
-    dtype = getattr(like, "dtype", None)
-    floating = dtype if dtype is not None and dtype.kind in "fc" else None
+    floating = dtype_of(like) if is_floating_array(like) else None
     return [
         asarray(v, floating if type(v) is float else None, device_of(like))
         if is_weak_scalar(v)
@@ -360,6 +359,12 @@ def to_numpy(x: Any) -> np.ndarray:
 def dtype_of(x: Any):
     """The dtype of an array, or None for a weak Python number."""
     return None if is_weak_scalar(x) else getattr(x, "dtype", None)
+
+
+def is_floating_array(x: Any) -> bool:
+    """True for an array (not a Python number) of a floating-point or complex dtype."""
+    dtype = dtype_of(x)
+    return dtype is not None and dtype.kind in "fc"
 
 
 def is_floating(dtype: Any) -> bool:

@@ -137,7 +137,15 @@ def resolve_feeds(leaves: Sequence[Node], feed_dict: dict) -> dict[Node, Any]:
         if not isinstance(node.op, Constant):
             by_name.setdefault(node.name, []).append(node)
     fed = [(_resolve(key, by_name), data) for key, data in feed_dict.items()]
-    return {node: _check_feed(node, data) for node, data in fed}
+    feeds = {node: _check_feed(node, data) for node, data in fed}
+    floats = [n for n, v in feeds.items() if type(v) is float and isinstance(n.op, Placeholder)]
+    if floats:  # weak, as a float written in the graph: float32 beside float32 arrays
+        arrays = [*feeds.values(), *(leaf.value for leaf in leaves)]
+        like = next((v for v in arrays if backend.is_floating_array(v)), None)
+        for node in floats:
+            dtype, device = backend.dtype_of(like), backend.device_of(like)
+            feeds[node] = backend.asarray(feeds[node], dtype, device)
+    return feeds
 
 
 def _resolve(key, by_name: dict[str, list[Node]]) -> Node:
@@ -164,8 +172,8 @@ def _check_feed(node: Node, data) -> Any:
     if not isinstance(node.op, Placeholder):
         return data if backend.is_weak_scalar(data) else backend.asarray(data)
     dtype, declared = node.attrs.get("dtype"), node.attrs.get("shape")
-    if backend.is_weak_scalar(data) and dtype is None and not declared:
-        return data  # a number stays weak, as a number written in the graph (x * 2.0)
+    if type(data) is float and dtype is None and not declared:
+        return data  # (weak: resolve_feeds gives it the dtype of the arrays beside it)
     ready = type(data) is np.ndarray and (dtype is None or data.dtype == dtype)
     if ready and (declared is None or data.shape == declared):
         return data  # (the common case: an array as declared, no None in the shape)

@@ -15,13 +15,13 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from .backend import is_weak_scalar, numbers_as_arrays
 from .scheduling import Step
 
-# What an op raises on inputs it cannot take (NumPy's and ours; AttributeError: a Python
-# number where an op calls array methods, which only Op.run makes 0-d arrays). The
-# compiled function lets these through to a checked run, which explains (or converts)
-# them; any other error (MemoryError, a bug) is raised as it is.
-INPUT_ERRORS = (ValueError, TypeError, ArithmeticError, IndexError, AttributeError)
+# What an op raises on inputs it cannot take (NumPy's and ours). The compiled function
+# lets these through to a checked run, which explains them; any other error
+# (MemoryError, a bug) is raised as it is.
+INPUT_ERRORS = (ValueError, TypeError, ArithmeticError, IndexError)
 
 
 def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[str, dict]:
@@ -49,9 +49,15 @@ def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[s
 
 
 def kernel(node) -> Any:
-    """What compiled code calls for ``node``: its op's ``compute``, its settings bound."""
+    """What compiled code calls for ``node``: its op's ``compute``, its settings bound.
+    An op that does not take Python numbers is handed its number inputs as ``Op.run``
+    hands them (0-d arrays). Graphs hold numbers known as they are built (constants;
+    ops on constants, computed at once), so which inputs are numbers is known here."""
     compute = node.op.compute
-    return functools.partial(compute, **node.attrs) if node.attrs else compute
+    bound = functools.partial(compute, **node.attrs) if node.attrs else compute
+    if node.op.takes_numbers or not any(is_weak_scalar(x.value) for x in node.inputs):
+        return bound
+    return lambda *values: bound(*numbers_as_arrays(values))
 
 
 class StraightLine:

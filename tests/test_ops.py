@@ -120,6 +120,7 @@ ON_NUMBERS = {
     "expand_dims": lambda x: ad.expand_dims(x, 0),
     "squeeze": ad.squeeze,
     "broadcast_to": lambda x: ad.broadcast_to(x, (2, 3)),
+    "step": ad.step,
 }
 
 
@@ -143,26 +144,77 @@ def test_an_op_takes_a_python_number_as_it_takes_a_0d_array(name):
         np.testing.assert_array_equal(fed, reference)
 
 
-@pytest.mark.parametrize(
-    "mode", [{}, {"optimize": True}, {"fuse": True}, {"workers": 2}, {"capture": True}]
-)
-def test_a_number_fed_to_a_variable_stays_weak(mode):
+MODES = [{}, {"optimize": True}, {"fuse": True}, {"workers": 2}, {"capture": True}]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_float_fed_to_a_variable_takes_the_dtype_of_the_arrays_beside_it(mode):
+    """Weak, as a float written in the graph: float32 in, float32 out, every run alike."""
     x, y = ad.Variable("x"), ad.Variable("y")
     x32 = np.array([1.0, 2.0], dtype=np.float32)
-    out = ad.sum(ad.tanh(x * y)) + y  # d/dy = sum(x * (1 - tanh(x y)**2)) + 1
+    out = ad.sum(ad.tanh(x * y)) + ad.exp(y)  # d/dy = sum(x * (1 - tanh(x y)**2)) + exp(y)
     executor = ad.Executor([out, *ad.gradients(out, [x, y])], **mode)
     for number in (2.0, 0.5, 0.5):  # checked runs, then compiled ones
         value, dx, dy = executor.run({x: x32, y: number})
         assert value.dtype == dx.dtype == dy.dtype == np.float32, (value.dtype, dx.dtype)
         slope = 1 - np.tanh(x32 * number) ** 2
-        np.testing.assert_allclose(value, np.tanh(x32 * number).sum() + number, rtol=1e-6)
+        np.testing.assert_allclose(value, np.tanh(x32 * number).sum() + np.exp(number), 1e-6)
         np.testing.assert_allclose(dx, number * slope, rtol=1e-6)
-        np.testing.assert_allclose(dy, (x32 * slope).sum() + 1, rtol=1e-6)
+        np.testing.assert_allclose(dy, (x32 * slope).sum() + np.exp(number), rtol=1e-6)
+
+
+def test_a_number_fed_to_a_variable_is_an_array_for_every_op():
+    x, y = ad.Variable("x"), ad.Variable("y")
+    x32 = np.array([1.0, -2.0], dtype=np.float32)
+    # NumPy's arithmetic, not Python's: nan for sqrt(-4), inf for 1 / 0, no complex
+    with np.errstate(invalid="ignore", divide="ignore"):
+        executor = ad.Executor([x * y**0.5, x / y])
+        roots, _ = executor.run({x: x32, y: -4.0})
+        _, inverse = executor.run({x: x32, y: 0.0})
+        assert roots.dtype == np.float32 and np.isnan(roots).all()
+        assert inverse.tolist() == [np.inf, -np.inf] and inverse.dtype == np.float32
+    (dy,) = ad.gradients(ad.relu(y) * 3.0, [y])  # relu's gradient: step (astype)
+    assert [float(ad.evaluate(dy, {y: v})) for v in (2.0, -1.0)] == [3.0, 0.0]
+    # an int is no float: refused, naming the Variable, as an int array is
+    with pytest.raises(ad.DTypeError, match="Placeholder 'y' was fed int64"):
+        ad.evaluate(x * ad.sum(y), {x: x32, y: 2})
     # declared with a dtype, a fed number takes it; with a shape, it must have that shape
     typed = ad.Variable("typed", dtype="float32")
     assert ad.evaluate(typed * 2.0, {typed: 3}).dtype == np.float32
     with pytest.raises(ad.ShapeError, match="declared with shape"):
         ad.evaluate(ad.Variable("v", shape=(2,)) * 2.0, {"v": 3.0})
+    # a memory plan made with a fed number plans its dtype
+    out = x * y
+    plan = ad.memory.plan([out], {x: x32, y: 2.0})
+    (planned,) = ad.Executor([out], plan=plan).run({x: x32, y: 3.0})
+    assert planned.dtype == np.float32 and planned.tolist() == [3.0, -6.0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_number_in_the_graph_reaches_compiled_code_as_it_reaches_the_checked_run(mode):
+    """A number written in the graph (output_grad=2.0) meets an op that calls array
+    methods (broadcast_like): the compiled run hands it over as the checked one does."""
+    x = ad.Variable("x")
+    x32 = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    (dx,) = ad.gradients(ad.sum(x * x), [x], output_grad=2.0)
+    executor = ad.Executor([dx], **mode)
+    for _ in range(3):
+        (value,) = executor.run({x: x32})
+        assert value.dtype == np.float32 and value.tolist() == (4 * x32).tolist()
+
+
+def test_a_fed_number_runs_each_step_once():
+    """Seeded dropout draws the same masks whether a number is fed as one or as a 0-d
+    array: no run is tried twice (which would draw twice)."""
+    masks = []
+    for feed in (2.0, np.asarray(2.0, dtype=np.float32)):
+        x, y = ad.Variable("x"), ad.Variable("y")
+        dropped = ad.dropout(x, 0.5, seed=np.random.default_rng(0))
+        executor = ad.Executor([dropped, ad.sum(dropped, axis=1) * ad.sum(y)])
+        data = np.ones((4, 8), dtype=np.float32)
+        masks.append([executor.run({x: data, y: feed})[0] for _ in range(3)])
+    for first, second in zip(*masks, strict=True):
+        np.testing.assert_array_equal(first, second)
 
 
 def test_every_op_that_takes_no_number_is_tested_with_one_or_needs_an_axis():

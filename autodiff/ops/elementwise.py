@@ -407,6 +407,8 @@ def maximum(a, b, *, name: str | None = None) -> Node:
 class Step(Elementwise):
     """Y = 1 where X > 0, 0 where X < 0, ``at_zero`` where X = 0;  flat: no gradient."""
 
+    takes_numbers = False  # (its compute calls astype: a number comes as a 0-d array)
+
     def compute(self, x, at_zero):
         # A comparison is ~40x faster than heaviside on large arrays (ReLU's backward).
         y = (x > 0).astype(x.dtype)
