@@ -183,7 +183,7 @@ class Executor:
             dtypes = compiled.dtypes(values) if compiled is not None else ()
             run_schedule(steps, values, self._compute())
             if compiled is not None:
-                compiled.checked.add(dtypes)  # later runs with these dtypes: compiled
+                compiled.vouch(dtypes)  # later runs with these dtypes: compiled
             return self._results(values, slot)
         return self._results(results)
 

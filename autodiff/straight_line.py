@@ -71,6 +71,8 @@ class StraightLine:
         self.steps, self.result_slots = steps, list(result_slots)
         self.leaf_slots = [i for i, (node, _, _) in enumerate(steps) if node.op.is_leaf]
         self.checked: set[tuple] = set()
+        # Which leaves held Python numbers as the graph was built: kernel() knows those.
+        self._numbers = [is_weak_scalar(steps[i][0].value) for i in self.leaf_slots]
         self.source: str | None = None  # the function's text, once compiled
         self._function = None
 
@@ -90,6 +92,13 @@ class StraightLine:
         """The leaves' dtypes: what a checked run vouches for."""
         leaves = map(values.__getitem__, self.leaf_slots)  # (a Python number: its type)
         return tuple([getattr(v, "dtype", None) or type(v) for v in leaves])
+
+    def vouch(self, dtypes: tuple) -> None:
+        """After a checked run: later runs with these leaf dtypes may run compiled, unless
+        a leaf that held an array is fed a Python number (its readers expect arrays)."""
+        pairs = zip(dtypes, self._numbers, strict=True)
+        if not any(kind in (int, float, bool) and not held for kind, held in pairs):
+            self.checked.add(dtypes)
 
     def run(self, values: list) -> list | None:
         """The results, or None when a checked run must be made (dtypes not seen yet,

@@ -203,6 +203,18 @@ def test_a_number_in_the_graph_reaches_compiled_code_as_it_reaches_the_checked_r
         assert value.dtype == np.float32 and value.tolist() == (4 * x32).tolist()
 
 
+def test_a_number_fed_to_a_tensor_reaches_its_readers_in_every_run():
+    """A tensor held an array as the graph was built; fed a Python number, its readers
+    that call array methods get it as a 0-d array (such runs are all checked runs)."""
+    s = ad.tensor(np.float32(1.0))
+    executor = ad.Executor([ad.sum(s) * 2, ad.reshape(s, (1,))])
+    for number in (3.0, 4.0, 4.0):
+        total, row = executor.run({s: number})
+        assert float(total) == 2 * number and row.tolist() == [number]
+    (total, _) = executor.run({s: np.float32(5.0)})  # an array again: compiled, float32
+    assert total.dtype == np.float32 and float(total) == 10.0
+
+
 def test_a_fed_number_runs_each_step_once():
     """Seeded dropout draws the same masks whether a number is fed as one or as a 0-d
     array: no run is tried twice (which would draw twice)."""
