@@ -96,8 +96,8 @@ class StraightLine:
     def vouch(self, dtypes: tuple) -> None:
         """After a checked run: later runs with these leaf dtypes may run compiled, unless
         a leaf that held an array is fed a Python number (its readers expect arrays)."""
-        pairs = zip(dtypes, self._numbers, strict=True)
-        if not any(kind in (int, float, bool) and not held for kind, held in pairs):
+        numbers = [isinstance(kind, type) for kind in dtypes]  # (a number's "dtype": its type)
+        if not any(fed and not held for fed, held in zip(numbers, self._numbers, strict=True)):
             self.checked.add(dtypes)
 
     def run(self, values: list) -> list | None:
