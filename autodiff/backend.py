@@ -367,6 +367,17 @@ def is_floating_array(x: Any) -> bool:
     return dtype is not None and dtype.kind in "fc"
 
 
+def float_beside(values: Sequence[Any]) -> tuple[Any, str | None]:
+    """The dtype and device a weak Python float takes beside ``values``: NumPy's result
+    type of the floating arrays among them, real (float32 beside complex64), on the GPU if
+    one of them is; (None, None) where there are none (then: as ``tensor(2.0)``)."""
+    arrays = [v for v in values if is_floating_array(v)]
+    if not arrays:
+        return None, None
+    gpu = any(device_of(v) == "gpu" for v in arrays)
+    return np.finfo(result_dtype(*(v.dtype for v in arrays))).dtype, "gpu" if gpu else "cpu"
+
+
 def is_floating(dtype: Any) -> bool:
     """True for float16/32/64 and complex dtypes (the ones derivatives make sense for)."""
     return dtype is None or np.dtype(dtype).kind in "fc"

@@ -140,11 +140,10 @@ def resolve_feeds(leaves: Sequence[Node], feed_dict: dict) -> dict[Node, Any]:
     feeds = {node: _check_feed(node, data) for node, data in fed}
     floats = [n for n, v in feeds.items() if type(v) is float and isinstance(n.op, Placeholder)]
     if floats:  # weak, as a float written in the graph: float32 beside float32 arrays
-        arrays = [*feeds.values(), *(leaf.value for leaf in leaves)]
-        like = next((v for v in arrays if backend.is_floating_array(v)), None)
+        dtype, device = backend.float_beside([*feeds.values(), *(x.value for x in leaves)])
         for node in floats:
-            dtype, device = backend.dtype_of(like), backend.device_of(like)
-            feeds[node] = backend.asarray(feeds[node], dtype, device)
+            value = feeds[node]
+            feeds[node] = backend.asarray(value, dtype, backend.leaf_device(value, device))
     return feeds
 
 

@@ -93,6 +93,16 @@ def test_a_number_fed_to_a_gpu_graph_stays_a_weak_number():
         assert total.dtype == np.float32 and float(total) == 3 * number
         np.testing.assert_array_equal(backend.to_device(scaled, "cpu"), [number, 2 * number])
         assert float(alone) == number
+    # with NumPy arrays beside it too, it goes where the GPU arrays are, in any order
+    cpu = ad.Variable("cpu")
+    mixed = ad.Executor([x * y, cpu * 2.0])
+    ones = np.ones(2, dtype=np.float32)
+    for feed in ({cpu: ones, x: data, y: 2.0}, {x: data, cpu: ones, y: 2.0}):
+        scaled, _ = mixed.run(feed)
+        assert backend.device_of(scaled) == "gpu" and scaled.dtype == np.float32
+    with backend.using_device("gpu"):  # nothing beside: where ad.tensor(2.0) would go
+        (alone,) = ad.Executor([y * y]).run({y: 2.0})
+    assert backend.device_of(alone) == "gpu" and alone.dtype == np.float32
 
 
 @requires_gpu

@@ -163,6 +163,25 @@ def test_a_float_fed_to_a_variable_takes_the_dtype_of_the_arrays_beside_it(mode)
         np.testing.assert_allclose(dy, (x32 * slope).sum() + np.exp(number), rtol=1e-6)
 
 
+def test_the_dtype_a_fed_float_takes_is_the_arrays_result_type_in_any_order():
+    """Beside float32 arrays, float32; beside float32 and float64, float64 (no precision
+    lost, whatever the feed's order); beside a complex array, its real dtype."""
+    x, y, z = ad.Variable("x"), ad.Variable("y"), ad.Variable("z")
+    x64, z32 = np.array([0.1]), np.array([1.0], dtype=np.float32)
+    executor = ad.Executor([x - y, x < y, z * y])
+    for feed in ({z: z32, x: x64, y: 0.1}, {x: x64, z: z32, y: 0.1}):
+        difference, less, scaled = executor.run(feed)
+        assert difference.tolist() == [0.0] and less.tolist() == [False]
+        assert scaled.dtype == np.float64  # (float32 * a float64 y: NumPy's rule)
+    (alone,) = ad.Executor([z * y]).run({z: z32, y: 0.1})
+    assert alone.dtype == np.float32
+    (square,) = ad.Executor([y * y]).run({y: 0.1})  # nothing beside: float64
+    assert square.dtype == np.float64 and square == 0.1 * 0.1
+    c64 = np.array([1 + 1j], dtype=np.complex64)
+    real, rotated = ad.Executor([x * y, z * y]).run({z: c64, x: np.float32([2.0]), y: 2.0})
+    assert real.dtype == np.float32 and rotated.dtype == np.complex64
+
+
 def test_a_number_fed_to_a_variable_is_an_array_for_every_op():
     x, y = ad.Variable("x"), ad.Variable("y")
     x32 = np.array([1.0, -2.0], dtype=np.float32)
@@ -213,6 +232,13 @@ def test_a_number_fed_to_a_tensor_reaches_its_readers_in_every_run():
         assert float(total) == 2 * number and row.tolist() == [number]
     (total, _) = executor.run({s: np.float32(5.0)})  # an array again: compiled, float32
     assert total.dtype == np.float32 and float(total) == 10.0
+    # read by elementwise ops only (a learning rate), a fed number runs compiled
+    w, rate = ad.Variable("w"), ad.tensor(np.float32(0.1))
+    executor = ad.Executor([w * rate])
+    for number in (0.1, 0.5, 0.5):
+        (step,) = executor.run({w: np.ones(2, dtype=np.float32), rate: number})
+        assert step.tolist() == [np.float32(number)] * 2
+    assert executor.source is not None
 
 
 def test_a_fed_number_runs_each_step_once():
