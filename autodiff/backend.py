@@ -43,9 +43,12 @@ def _import_cupy():
     return _cupy
 
 
+NUMBER_TYPES = (int, float, bool)  # Python's numbers: weak, dtype-less (NEP 50)
+
+
 def is_weak_scalar(x: Any) -> bool:
     """True for Python numbers, which NumPy treats as dtype-less ("weak")."""
-    return type(x) in (int, float, bool)
+    return type(x) in NUMBER_TYPES
 
 
 def weak_number(x: Any) -> Any:
@@ -63,10 +66,10 @@ def weak_number(x: Any) -> Any:
 
 def numbers_as_arrays(values: Sequence[Any]) -> list[Any]:
     """``values`` with each Python number as a 0-d array, for ops that call array methods
-    (``x.sum()``). Weak still: a float takes the dtype of the first array beside it if that
-    is floating, and a number its device (else NumPy's own dtype, on the CPU)."""
+    (``x.sum()``). Weak still: a float takes the dtype ``float_beside`` gives, and a number
+    the device of the first array beside it (else NumPy's own dtype, on the CPU)."""
     like = next((v for v in values if not is_weak_scalar(v)), None)  # (None: 'cpu')
-    floating = dtype_of(like) if is_floating_array(like) else None
+    floating, _ = float_beside(values)
     return [
         asarray(v, floating if type(v) is float else None, device_of(like))
         if is_weak_scalar(v)

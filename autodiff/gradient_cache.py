@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from . import backend
 from .graph import Node, find_topo_sort, new_serial
 from .straight_line import kernel
 
@@ -92,9 +93,6 @@ def enabled() -> bool:
     return _enabled[-1]
 
 
-_NUMBERS = (int, float, bool)
-
-
 class StructureKey:
     """A graph's structure (a tuple of parts), hashed once: a lookup and the move to the
     end of the cache's order each ask for the hash, and hashing walks the whole tuple."""
@@ -125,7 +123,7 @@ def structure_key(inputs: Sequence[Node], wrt: Sequence[Node]) -> tuple | None:
         kind = type(value)
         if kind is np.ndarray:
             value_key: tuple = (value.shape, value.dtype)
-        elif kind in _NUMBERS:
+        elif kind in backend.NUMBER_TYPES:
             value_key = (kind, value)
         elif value is None:
             return None

@@ -50,8 +50,7 @@ class DomainError(AutodiffError, ValueError):
 # soon as its inputs have values. gradients() builds its graph this way, then computes
 # only what the results need. A context variable: each thread has its own.
 _building: ContextVar[list[Node] | None] = ContextVar("building", default=None)
-_FLOAT64 = backend.float_dtype("float64")
-_NUMBERS = (int, float, bool)  # the dtype check's default for Python numbers
+_FLOAT64 = backend.float_dtype("float64")  # the dtype check's default for Python numbers
 _serials = itertools.count()  # numbers nodes in creation order (see Node.serial)
 new_serial = _serials.__next__
 
@@ -381,7 +380,7 @@ class Op:
                     break
         if not self.takes_numbers:
             for value in input_vals:
-                if type(value) in _NUMBERS:
+                if type(value) in backend.NUMBER_TYPES:
                     input_vals = backend.numbers_as_arrays(input_vals)
                     break
         try:

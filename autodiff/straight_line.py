@@ -71,19 +71,6 @@ class StraightLine:
         self.steps, self.result_slots = steps, list(result_slots)
         self.leaf_slots = [i for i, (node, _, _) in enumerate(steps) if node.op.is_leaf]
         self.checked: set[tuple] = set()
-        # The leaves that must not be fed a Python number here: kernel() converts the
-        # numbers the graph held as it was built, not one fed to a leaf whose value may
-        # flow (through ops that take numbers) into an op that calls array methods.
-        reach: dict[int, set[int]] = {}
-        self._arrays_only: set[int] = set()
-        for k, (node, input_slots, _) in enumerate(steps):
-            came = set().union(*(reach.get(j, ()) for j in input_slots))
-            if node.op.is_leaf:
-                reach[k] = set() if is_weak_scalar(node.value) else {k}
-            elif node.op.takes_numbers:
-                reach[k] = came
-            else:
-                self._arrays_only |= came
         self.source: str | None = None  # the function's text, once compiled
         self._function = None
 
@@ -106,10 +93,27 @@ class StraightLine:
 
     def vouch(self, dtypes: tuple) -> None:
         """After a checked run: later runs with these leaf dtypes may run compiled, unless
-        a leaf in ``_arrays_only`` is fed a Python number (such runs are all checked)."""
-        fed = zip(self.leaf_slots, dtypes, strict=True)  # (a number's "dtype": its type)
-        if not any(isinstance(kind, type) and i in self._arrays_only for i, kind in fed):
+        a leaf in ``arrays_only`` is fed a Python number (such runs are all checked)."""
+        fed = [i for i, kind in zip(self.leaf_slots, dtypes, strict=True) if isinstance(kind, type)]
+        if not any(i in self.arrays_only for i in fed):  # (a number's "dtype": its type)
             self.checked.add(dtypes)
+
+    @functools.cached_property
+    def arrays_only(self) -> set[int]:
+        """The leaves that must not be fed a Python number here: kernel() converts the
+        numbers the graph held as it was built, not one fed to a leaf whose value may flow
+        (through ops that take numbers) into an op that calls array methods."""
+        reach: dict[int, set[int]] = {}
+        arrays_only: set[int] = set()
+        for k, (node, input_slots, _) in enumerate(self.steps):
+            came = set().union(*(reach.get(j, ()) for j in input_slots))
+            if node.op.is_leaf:
+                reach[k] = set() if is_weak_scalar(node.value) else {k}
+            elif node.op.takes_numbers:
+                reach[k] = came
+            else:
+                arrays_only |= came
+        return arrays_only
 
     def run(self, values: list) -> list | None:
         """The results, or None when a checked run must be made (dtypes not seen yet,
