@@ -101,8 +101,8 @@ def test_float32_stays_float32(name, data):
     assert tangent.value.dtype == np.float32
 
 
-# Python numbers are weak values the graph may hold (constants written as numbers, numbers
-# fed to a Variable): an op that calls array methods (x.sum()) gets them as 0-d arrays.
+# Python numbers are weak values the graph may hold (constants written as numbers, ops on
+# them, output_grad=2.0): an op that calls array methods (x.sum()) gets them as 0-d arrays.
 ON_NUMBERS = {
     "sum": ad.sum,
     "max": ad.max,
@@ -135,7 +135,7 @@ def test_an_op_takes_a_python_number_as_it_takes_a_0d_array(name):
     value = op_node(ON_NUMBERS[name](ad.constant(2.5))).value
     assert np.shape(value) == np.shape(expected) and value.dtype == expected.dtype
     np.testing.assert_array_equal(value, expected)
-    y = ad.Variable("y")  # fed as a number: checked run, then the compiled one
+    y = ad.Variable("y")  # fed a float (a 0-d array then): checked run, then compiled
     executor = ad.Executor([ON_NUMBERS[name](y)])
     for number in (2.5, 2.5, -1.0):
         (fed,) = executor.run({y: number})
