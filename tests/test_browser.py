@@ -64,8 +64,8 @@ class Lab:
         self.url = f"http://127.0.0.1:{self.port}"
         args = f"--no-browser --ip=127.0.0.1 --port={self.port} --ServerApp.token={self.token}"
         command = ["make", *KEEP_VENV, "lab", f"LAB_ARGS={args}"]
-        log = folder.parent / f"{folder.name}-lab.log"
-        stack.enter_context(serving(command, folder, env, self.port, log, seconds=180))
+        self.log = folder.parent / f"{folder.name}-lab.log"
+        stack.enter_context(serving(command, folder, env, self.port, self.log, seconds=180))
 
     def api(self, method: str, path: str, body: dict | None = None) -> dict:
         data = None if body is None else json.dumps(body).encode()
@@ -193,7 +193,9 @@ def test_a_week_of_the_course_in_the_browser(week, browser):
                 dialog = page.locator(".jp-Dialog")
                 dialog.wait_for(timeout=300_000)
             shot(page, f"3-{student}-validated")
-            assert expected[student] in dialog.inner_text()
+            said = dialog.inner_text()
+            lab_log = labs[list(pages).index(student)].log.read_text()[-3000:]
+            assert expected[student] in said, f"{said}\n--- {student}'s lab server:\n{lab_log}"
             dialog.get_by_role("button").last.click()
             with timer(f"{student}: submit"):
                 submit(page, ASSIGNMENT)
