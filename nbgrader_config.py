@@ -73,3 +73,9 @@ c.Exchange.root = os.environ.get(
 os.makedirs(c.Exchange.root, exist_ok=True)
 # nbgrader collect and the formgrader's Collect button collect as `make collect` does.
 c.ExchangeFactory.collect = "autodiff.grading.plugins.KitCollect"
+
+# Whatever a student wrote is shown to the course team as text and pictures, never run:
+# the Formgrader's pages and feedback clean outputs, raw cells and rendered Markdown
+# (autodiff/grading/sanitize.py).
+c.HTMLExporter.preprocessors = ["autodiff.grading.sanitize.SanitizeNotebook"]
+c.HTMLExporter.filters = {"markdown2html": "autodiff.grading.sanitize.safe_markdown"}
