@@ -127,14 +127,27 @@ $(STUDENT_VENV)/.installed: dist/autodiff-student-kit/pyproject.toml pyproject.t
 dist/autodiff-student-kit/pyproject.toml: $(VENV)/.installed-course
 	$(GRADE) kit
 
+# The grading account's environment (the Formgrader, grading): the course's packages on
+# a Python it can run. It imports autodiff from the course folder (PYTHONPATH), so it
+# grades with the course's code as it is now.
+GRADING_VENV := $(HUB_STATE)/grading-venv
+$(GRADING_VENV)/.installed: pyproject.toml
+	@test -n "$(HUB_PYTHON)" || { echo "error: make hub needs a Python >= 3.11 with venv" \
+		"that every account can run (Debian: sudo apt install python3 python3-venv)," \
+		"or HUB_PYTHON=/path/to/python3"; exit 2; }
+	$(HUB_PYTHON) -m venv "$(GRADING_VENV)"
+	"$(GRADING_VENV)/bin/python" -m pip install --quiet --disable-pip-version-check ".[hub]"
+	@touch $@
+
 hub: $(VENV)/.installed-hub $(HUB_STATE)/proxy/node_modules/.bin/configurable-http-proxy \
-		$(STUDENT_VENV)/.installed
+		$(STUDENT_VENV)/.installed $(GRADING_VENV)/.installed
 	@test "$$(id -u)" = 0 || { echo "error: make hub runs as root: each student's server" \
 		"runs as a system account of its own (sudo make hub)"; exit 2; }
 	@test -f "$(ROSTER)" || { echo "error: no roster at $(ROSTER): one student id a line" \
 		"(ROSTER=path/to/ids.txt)"; exit 2; }
 	cd "$(HUB_STATE)" && HUB_STATE="$(HUB_STATE)" HUB_ROSTER="$(abspath $(ROSTER))" \
 		HUB_INSTRUCTORS="$(INSTRUCTORS)" HUB_TAS="$(TAS)" HUB_PORT="$(or $(PORT),8000)" \
+		HUB_GRADING_PYTHON="$(GRADING_VENV)/bin/python" \
 		PATH="$(CURDIR)/$(BIN):$$PATH" \
 		"$(CURDIR)/$(BIN)/jupyterhub" -f "$(CURDIR)/deploy/hub/jupyterhub_config.py"
 

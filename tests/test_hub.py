@@ -88,7 +88,8 @@ class Hub:
 
     def start(self) -> None:
         limits = {"HUB_MEM_LIMIT": "1G", "HUB_CPU_LIMIT": "0.5"}
-        env = dict(os.environ, HUB_ACCOUNT_PREFIX=self.prefix, **limits)
+        accounts = {"HUB_ACCOUNT_PREFIX": self.prefix, "HUB_GRADER": self.prefix + "grader"}
+        env = dict(os.environ, **accounts, **limits)
         env.pop("NBGRADER_EXCHANGE", None)
         command = ["make", *KEEP_VENV, "hub", "INSTRUCTORS=prof", f"PORT={self.port}"]
         log = self.tmp / "hub.log"

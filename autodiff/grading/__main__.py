@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return validate(args.notebook, args.sandbox)
     if not (root / "nbgrader_config.py").exists():
         raise SystemExit("error: run this from the course root (where nbgrader_config.py is)")
+    if args.command != "kit":  # the kit is root's, made by make hub before it starts
+        _not_as_root_on_a_hub(root, args.command)
     if args.command == "release":
         release(root)
     elif args.command == "collect":
@@ -115,6 +117,26 @@ def validate(notebook: Path, sandbox: str) -> int:
     for hit in ran.metadata.get("autodiff", {}).get("limits_hit", []):
         print(f"limit hit: {hit}")
     return 1 if failed else 0
+
+
+def _not_as_root_on_a_hub(root: Path, command: str) -> None:
+    """On a course ``make hub`` serves, grading is the grading account's: as root it
+    would run the grading account's files (nbgrader reads and runs what the Formgrader
+    can write) and leave files that account cannot change."""
+    import os
+
+    from .exchange import owner
+
+    submitted = root / "submitted"
+    if os.geteuid() != 0 or not submitted.is_dir() or submitted.lstat().st_uid == 0:
+        return
+    account = owner(submitted)
+    raise SystemExit(
+        f"error: this course is graded by the account {account} (make hub set it up): "
+        f"grade from the Formgrader, or as that account with the hub's grading environment:"
+        f" sudo -u {account} env PYTHONPATH=$PWD hub/grading-venv/bin/python -m"
+        f" autodiff.grading {command} ..."
+    )
 
 
 def _collect(root: Path, source: str | None, assignment: str | None) -> None:

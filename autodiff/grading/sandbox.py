@@ -22,11 +22,14 @@ course whose students are all trusted, and the run says so loudly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -284,30 +287,73 @@ def _limiter(limits: Limits, group: Cgroup | None) -> Callable[[], None]:
 
 class Cgroup:
     """A cgroup per sandbox, where one can be made (root, cgroup v1 or v2): it caps
-    the processes and the memory of the whole sandbox, not of each process."""
+    the processes and the memory of the whole sandbox, not of each process.
+
+    The account that grades a hub's class is not root: ``make hub`` hands it a cgroup
+    of its own, ``DELEGATED`` (``delegate``), in which it makes its sandboxes' cgroups
+    the same way, and nothing else of the machine's."""
 
     ROOT = Path("/sys/fs/cgroup")
+    DELEGATED = "autodiff-grading"
 
     def __init__(self, folders: list[Path]):
         self.folders = folders
 
     @classmethod
     def available(cls) -> bool:
-        return os.geteuid() == 0 and bool(cls._bases())
+        return bool(cls._bases())
 
     @classmethod
-    def _bases(cls, cores: bool = False) -> list[Path]:
-        """The hierarchies a cgroup is made in: pids and memory, and cpu for ``cores``
-        where it can be (v1 has one folder each; v2 one for all)."""
+    def _hierarchies(cls, cores: bool = False) -> list[Path]:
+        """pids and memory, and cpu for ``cores`` where it can be (v1 has one folder
+        each; v2 one for all); empty where cgroups lack what is needed."""
         if (cls.ROOT / "cgroup.controllers").exists():  # v2
             controllers = (cls.ROOT / "cgroup.controllers").read_text().split()
             return [cls.ROOT] if {"pids", "memory"} <= set(controllers) else []
         bases = [cls.ROOT / "pids", cls.ROOT / "memory"]  # v1
-        if not all(os.access(base, os.W_OK) for base in bases):
-            return []
-        if cores and os.access(cls.ROOT / "cpu", os.W_OK):
+        if cores and (cls.ROOT / "cpu").is_dir():
             bases.append(cls.ROOT / "cpu")
-        return bases
+        return [base for base in bases if base.is_dir()]
+
+    @classmethod
+    def _bases(cls, cores: bool = False) -> list[Path]:
+        """The folders a cgroup is made in: the hierarchies themselves for root, the
+        delegated cgroup in each for another account; empty where pids and memory
+        cannot both be capped (cpu is left out where it cannot)."""
+        found = []
+        for base in cls._hierarchies(cores):
+            folder = base if os.geteuid() == 0 else base / cls.DELEGATED
+            if os.access(folder, os.W_OK):
+                found.append(folder)
+            elif base.name != "cpu":
+                return []
+        return found
+
+    @classmethod
+    def delegate(cls, uid: int, gid: int) -> bool:
+        """As root: the cgroup ``DELEGATED`` in each hierarchy, given to the account
+        ``uid`` (its folder and the files that move processes), so that it can make
+        cgroups below it without root. False where cgroups cannot be made."""
+        if os.geteuid() != 0 or not cls._hierarchies():
+            return False
+        for base in cls._hierarchies(cores=True):
+            folder = base / cls.DELEGATED
+            folder.mkdir(exist_ok=True)
+            for path in [folder, *(folder / name for name in _DELEGATED_FILES)]:
+                if path.exists():
+                    os.chown(path, uid, gid)
+            if (folder / "cgroup.subtree_control").exists():  # v2: the controllers below
+                controllers = (base / "cgroup.subtree_control").read_text().split()
+                wanted = " ".join(f"+{c}" for c in controllers if c in ("pids", "memory", "cpu"))
+                if wanted:
+                    (folder / "cgroup.subtree_control").write_text(wanted)
+        return True
+
+    @classmethod
+    def existing(cls, name: str) -> Cgroup:
+        """The cgroup ``name`` as it is now (its folders that exist; none, if gone)."""
+        folders = [base / name for base in cls._hierarchies(cores=True)]
+        return cls([folder for folder in folders if folder.is_dir()])
 
     @classmethod
     def make(cls, limits: Limits, name: str = "") -> Cgroup | None:
@@ -349,12 +395,38 @@ class Cgroup:
         for folder in self.folders:
             (folder / "cgroup.procs").write_text("0")
 
+    def kill(self) -> None:
+        """End every process in the cgroup: those started with ``nohup`` or ``setsid``
+        too, which leave their parent's session but never its cgroup."""
+        for folder in self.folders:
+            if (folder / "cgroup.kill").exists():  # v2 ends them all at once
+                (folder / "cgroup.kill").write_text("1")
+                continue
+            for _ in range(50):  # v1: a process may fork while the others end
+                pids = _pids(folder)
+                if not pids:
+                    break
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.05)
+
     def remove(self) -> None:
         for folder in self.folders:
             try:
                 folder.rmdir()
             except OSError:
                 pass
+
+
+_DELEGATED_FILES = ("cgroup.procs", "tasks", "cgroup.subtree_control", "cgroup.threads")
+
+
+def _pids(folder: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (folder / "cgroup.procs").read_text().split()]
+    except OSError:  # removed meanwhile
+        return []
 
 
 def remove_stale_cgroups() -> None:

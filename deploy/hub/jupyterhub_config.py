@@ -12,10 +12,13 @@ the environment, which the Makefile passes on:
     HUB_MEM_LIMIT    memory of each student's server (default 2G)
     HUB_CPU_LIMIT    CPU cores of each student's server (default 1; 0.5 is half a core)
     HUB_ACCOUNT_PREFIX  system accounts are this + the hub name (default jupyter-)
+    HUB_GRADER       the account that grades and runs the Formgrader (autodiff-grader)
 
 Secrets (the cookie secret, the proxy's token) are made at the first start in the state
-folder's private/ (0700, root's), with the database and the passwords, never committed. Run it as root: each student's
-server runs as a system account of its own (autodiff/grading/hub.py).
+folder's private/ (0700, root's), with the database and the passwords, never committed.
+Run it as root: each student's server runs as a system account of its own
+(autodiff/grading/hub.py); the Formgrader and grading run as the grading account, and
+the hub sets the course up for that at every start (autodiff/grading/hub_setup.py).
 """
 
 import os
@@ -24,30 +27,37 @@ from pathlib import Path
 
 c = get_config()  # noqa: F821  (JupyterHub provides get_config)
 
+os.umask(0o077)  # whatever the hub makes is private from the moment it exists
 COURSE = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("HUB_STATE", COURSE / "hub"))
-STATE.mkdir(parents=True, exist_ok=True)
+STATE.mkdir(mode=0o711, parents=True, exist_ok=True)
 STATE.chmod(0o711)  # students reach their home and the exchange by name, list nothing
 # What the hub keeps (its database, the passwords, the secrets) is for root alone.
 PRIVATE = STATE / "private"
 PRIVATE.mkdir(mode=0o700, exist_ok=True)
 PRIVATE.chmod(0o700)
-# The course's exchange (nbgrader_config.py uses hub/exchange once it exists).
-EXCHANGE = Path(os.environ.get("NBGRADER_EXCHANGE", STATE / "exchange"))
-EXCHANGE.mkdir(exist_ok=True)
-EXCHANGE.chmod(0o1777)
 sys.path.insert(0, str(COURSE))  # autodiff.grading, for the spawner and the roster
 
-# Students' servers run as other accounts on this machine: they must reach their home,
-# the exchange and their environment, and nothing else of the course (solutions/, the
-# gradebook, submissions). So every entry of the course folder but the hub's own is
-# closed to others, and the course folder can be passed through only when it holds them.
-COURSE.chmod(0o711 if STATE.parent == COURSE else 0o700)
-for entry in COURSE.iterdir():
-    if entry != STATE and not entry.is_symlink():
-        entry.chmod(entry.stat().st_mode & ~0o007)
+from autodiff.grading import hub_setup  # noqa: E402
+from autodiff.grading.hub import roster  # noqa: E402
 
-from autodiff.grading.hub import roster, write_accounts  # noqa: E402
+# The grading account runs the Formgrader and every grading step; root runs nothing of
+# the course but the hub. It holds the grading data; the code stays root's.
+GRADER = hub_setup.grading_account(
+    os.environ.get("HUB_GRADER", "autodiff-grader"), STATE / "grader"
+)
+hub_setup.hand_course_to(COURSE, STATE, GRADER)
+if not hub_setup.delegate_grading_cgroups(GRADER):
+    print("note: no cgroup for the grading account here: grading caps each process (rlimits)")
+# The course's exchange (nbgrader_config.py uses hub/exchange once it exists), its
+# course folders made now, before any student could make them.
+EXCHANGE = Path(os.environ.get("NBGRADER_EXCHANGE", STATE / "exchange"))
+for line in hub_setup.make_exchange(EXCHANGE, GRADER):
+    print(f"warning: {line}")
+STUDENT_SETTINGS = hub_setup.write_student_settings(STATE / "student-settings")
+note = hub_setup.hidepid_note()
+if note:
+    print(note)
 
 # --- where it listens, what it keeps --------------------------------------------------
 c.JupyterHub.ip = os.environ.get("HUB_IP", "127.0.0.1")
@@ -62,8 +72,10 @@ c.JupyterHub.pid_file = str(PRIVATE / "jupyterhub.pid")
 # configurable-http-proxy from npm, installed by make hub; the hub makes its token.
 c.ConfigurableHTTPProxy.command = [str(STATE / "proxy/node_modules/.bin/configurable-http-proxy")]
 c.ConfigurableHTTPProxy.pid_file = str(PRIVATE / "proxy.pid")
-# Students' servers keep running across a restart of the hub.
+# Students' servers keep running across a restart of the hub, and stop (with every
+# process they started) when their student logs out.
 c.JupyterHub.cleanup_servers = False
+c.JupyterHub.shutdown_on_logout = True
 
 # --- who may log in -------------------------------------------------------------------
 # A roster of student ids; each sets a password the first time they log in (the
@@ -86,7 +98,8 @@ c.CourseSpawner.homes = str(STATE / "home")
 c.CourseSpawner.account_prefix = os.environ.get("HUB_ACCOUNT_PREFIX", "jupyter-")
 # Collecting checks that alice's submission was made by alice's account (a student can
 # tell nbgrader another id, not another account): the exchange says how they are named.
-write_accounts(EXCHANGE, c.CourseSpawner.account_prefix)
+hub_setup.write_accounts(EXCHANGE, c.CourseSpawner.account_prefix)
+c.CourseSpawner.settings = str(STUDENT_SETTINGS)
 c.CourseSpawner.kit = str(COURSE / "dist" / "autodiff-student-kit")  # make student-kit
 c.Spawner.cmd = [str(STATE / "venv/bin/jupyterhub-singleuser")]  # the students' venv
 c.Spawner.default_url = "/lab"
@@ -103,23 +116,32 @@ c.Spawner.start_timeout = 120
 # The course folder is served to the "course-team" group by a server of its own (a hub
 # service, as nbgrader's JupyterHub docs set it up), started in the course root with
 # the instructor's environment; students' servers have no Formgrader at all.
+# It runs as the grading account, never root, with its umask private, no terminals,
+# and the Formgrader's pages guarded (deploy/instructor: autodiff/grading/sanitize.py),
+# in the grading environment make hub built (the course's autodiff first on the path).
+GRADING_PYTHON = os.environ.get("HUB_GRADING_PYTHON", sys.executable)
 c.JupyterHub.services = [
     {
         "name": "formgrader",
         "url": f"http://127.0.0.1:{FORMGRADER_PORT}",
+        "user": GRADER.pw_name,
         "command": [
-            sys.executable, "-m", "jupyterhub.singleuser", "--allow-root",
+            "/bin/sh", "-c", 'umask 077 && exec "$0" "$@"',
+            GRADING_PYTHON, "-m", "jupyterhub.singleuser",
             f"--port={FORMGRADER_PORT}", "--ServerApp.ip=127.0.0.1",
+            "--ServerApp.terminals_enabled=False",
         ],
         "cwd": str(COURSE),
         "environment": {
             "NBGRADER_EXCHANGE": str(EXCHANGE),
-            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(PRIVATE / "formgrader-home"),
+            "PATH": f"{Path(GRADING_PYTHON).parent}:/usr/local/bin:/usr/bin:/bin",
+            "PYTHONPATH": str(COURSE),
+            "HOME": GRADER.pw_dir,
+            "JUPYTER_CONFIG_PATH": str(COURSE / "deploy" / "instructor"),
         },
         "oauth_no_confirm": True,
     }
-]
+]  # fmt: skip
 c.JupyterHub.load_groups = {"course-team": {"users": sorted(instructors | tas)}}
 c.JupyterHub.load_roles = [
     {

@@ -1,0 +1,185 @@
+"""What ``make hub`` sets up as root before it serves the class
+(``deploy/hub/jupyterhub_config.py`` calls these at every start).
+
+Root runs the hub and starts each student's server as the student's own account; nothing
+else of the course runs as root. The Formgrader and every grading step run as the
+*grading account*, which holds the course's grading data (``solutions/``,
+``assignments/``, ``submitted/``, ``autograded/``, ``feedback/``, ``grading/``, the
+gradebook) and nothing that root runs: the code, the environments and the hub's own
+files stay root's, in a course folder whose sticky bit keeps the grading account from
+replacing them. The grading account gets a cgroup of its own for its sandboxes
+(``Cgroup.delegate``), so grading needs no root either.
+
+Every folder is made private (or as nbgrader needs it) as it is made, never opened
+later with a ``chmod``; files the hub writes where students can write are written
+under a name nobody can guess and renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import stat
+import subprocess
+from pathlib import Path
+
+from .exchange import ACCOUNTS_FILE, COURSE_ID
+from .sandbox import Cgroup
+
+# The grading data: the grading account's. Everything else of the course stays root's.
+GRADING_DATA = (
+    "solutions", "assignments", "submitted", "autograded", "feedback", "grading",
+    ".nbgrader.log",
+)  # fmt: skip
+MADE_EMPTY = ("submitted", "autograded", "feedback", "grading")  # made if missing
+# nbgrader's modes for the course's folders in the exchange (exchange.py)
+EXCHANGE_MODES = {"": 0o755, "outbound": 0o755, "inbound": 0o2733, "feedback": 0o711}
+
+
+def grading_account(name: str, home: Path) -> pwd.struct_passwd:
+    """The system account that grades (made the first time), with a private home."""
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
+             str(home), "--shell", "/usr/sbin/nologin", name],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    account = pwd.getpwnam(name)
+    _private_folder(home, account)
+    return account
+
+
+def _private_folder(folder: Path, account: pwd.struct_passwd, mode: int = 0o700) -> None:
+    """``folder``, the account's, with ``mode`` from the moment it exists."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise SystemExit(f"error: {folder} should be a folder; move it away and start again")
+    old = os.umask(0o077)
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+    finally:
+        os.umask(old)
+    os.chown(folder, account.pw_uid, account.pw_gid, follow_symlinks=False)
+    folder.chmod(mode)
+
+
+def hand_course_to(course: Path, state: Path, account: pwd.struct_passwd) -> None:
+    """The course folder as the hub needs it: root's, sticky, the grading account's
+    group may add files (the gradebook); the grading data the account's; every other
+    entry root's and closed to students (the grading account may read them)."""
+    course.chmod(stat.S_ISVTX | (0o771 if state.parent == course else 0o770))
+    os.chown(course, 0, account.pw_gid)
+    for name in MADE_EMPTY:
+        _private_folder(course / name, account)
+    for entry in course.iterdir():
+        if entry == state or entry.is_symlink():
+            continue
+        if entry.name in GRADING_DATA or entry.name.startswith("gradebook"):
+            _give(entry, account)
+            entry.chmod(stat.S_IMODE(entry.stat().st_mode) & 0o700)
+        else:  # code and settings that root runs: readable by the grading account only
+            os.chown(entry, 0, account.pw_gid, follow_symlinks=False)
+            mode = entry.stat().st_mode
+            entry.chmod(stat.S_IMODE(mode) & 0o750 | (0o050 if entry.is_dir() else 0o040))
+
+
+def _give(top: Path, account: pwd.struct_passwd) -> None:
+    """Everything under ``top`` to the account, links not followed (and left alone)."""
+    uid, gid = account.pw_uid, account.pw_gid
+    os.chown(top, uid, gid, follow_symlinks=False)
+    if not top.is_dir() or top.is_symlink():
+        return
+    for folder, names, files in os.walk(top):
+        for name in names + files:
+            os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
+
+
+def make_exchange(exchange: Path, account: pwd.struct_passwd) -> list[str]:
+    """The exchange and the course's folders in it, made before any student can: the
+    exchange root's (1777, as nbgrader needs), the course's folders the grading
+    account's with nbgrader's modes. Anything a student put in their place is moved
+    aside (and named in what is returned)."""
+    moved = []
+    if exchange.is_symlink() or not exchange.is_dir():
+        exchange.mkdir(mode=0o755, parents=True)
+    os.chown(exchange, 0, 0)
+    exchange.chmod(0o1777)
+    for name, mode in EXCHANGE_MODES.items():
+        folder = exchange / COURSE_ID / name
+        if folder.is_symlink() or folder.exists() and not _ours(folder, account):
+            aside = folder.with_name(f".{folder.name}.moved-{secrets.token_hex(4)}")
+            folder.rename(aside)
+            moved.append(f"{folder} (not the course's) was moved to {aside}")
+        if not folder.exists():
+            folder.mkdir(mode=0o700)
+        os.chown(folder, account.pw_uid, account.pw_gid)
+        folder.chmod(mode)
+    return moved
+
+
+def _ours(folder: Path, account: pwd.struct_passwd) -> bool:
+    owner = folder.lstat().st_uid
+    return folder.is_dir() and owner in (0, account.pw_uid)
+
+
+def write_accounts(exchange: Path, prefix: str) -> None:
+    """Declare in the exchange how students' accounts are named
+    (``exchange.submitter_prefix`` reads it when collecting): root's and 0644, written
+    under a random name and renamed into place, so that whatever a student left under
+    that name (a file, a link, a link loop) is replaced, never followed."""
+    declared = exchange / ACCOUNTS_FILE
+    if declared.is_dir() and not declared.is_symlink():
+        declared.rename(exchange / f".{ACCOUNTS_FILE}.moved-{secrets.token_hex(4)}")
+    _write_atomically(declared, json.dumps({"account_prefix": prefix}), 0o644)
+
+
+def _write_atomically(path: Path, text: str, mode: int) -> None:
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(temporary, flags, 0o600), "w") as file:
+        file.write(text)
+        file.flush()
+        os.fchmod(file.fileno(), mode)
+        os.fsync(file.fileno())
+    os.rename(temporary, path)
+
+
+def write_student_settings(folder: Path) -> Path:
+    """Jupyter settings every student's server reads beside the kit's (root's, 0755):
+    kernels talk over Unix sockets in the student's private runtime folder (ZeroMQ's
+    ``ipc``), not over TCP ports any account of the machine could connect to, for the
+    server's kernels and for nbgrader's validate alike; and the terminal starts the
+    shell without a login profile, so the class's environment stays first on PATH."""
+    folder.mkdir(mode=0o755, exist_ok=True)
+    os.chown(folder, 0, 0)
+    folder.chmod(0o755)
+    kernels = {"KernelManager": {"transport": "ipc"}}
+    server = {**kernels, "ServerApp": {"terminado_settings": {"shell_command": ["/bin/bash"]}}}
+    _write_atomically(folder / "jupyter_server_config.json", json.dumps(server, indent=1), 0o644)
+    _write_atomically(folder / "nbgrader_config.json", json.dumps(kernels, indent=1), 0o644)
+    return folder
+
+
+def hidepid_note(mounts: Path = Path("/proc/mounts")) -> str | None:
+    """A note when this machine's ``/proc`` shows every account's processes (each
+    student's server mounts a ``/proc`` of its own that hides them, but logins outside
+    the hub see the machine's)."""
+    for line in mounts.read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[1] == "/proc" and fields[2] == "proc":
+            if "hidepid" in fields[3]:
+                return None
+    return (
+        "note: /proc on this machine shows every account's processes and command lines;"
+        " students' servers on this hub each see only their own, but for any other login"
+        " set it machine-wide: mount -o remount,hidepid=invisible /proc (and in /etc/fstab:"
+        " proc /proc proc defaults,hidepid=invisible 0 0)"
+    )
+
+
+def delegate_grading_cgroups(account: pwd.struct_passwd) -> bool:
+    """The grading account's own cgroup, in which it caps its sandboxes."""
+    return Cgroup.delegate(account.pw_uid, account.pw_gid)
