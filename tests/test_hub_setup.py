@@ -244,3 +244,23 @@ def test_stopping_a_cgroup_ends_what_left_its_session(accounts):
     alive = ["pgrep", "-u", student.pw_name, "--runstates", "D,R,S,T"]  # zombies are gone
     left = subprocess.run(alive, capture_output=True, text=True)
     assert left.returncode == 1, f"still running after kill: {left.stdout}"
+
+
+def test_publishing_into_a_course_folder_a_student_made_is_refused(place, accounts):
+    """Had a student made the course's folder (on a machine without make hub's start-up),
+    releasing stops before anything is written into it, and says how to fix it."""
+    from autodiff.grading import exchange as course_exchange
+
+    student = accounts["student"]
+    root, shared = place / "course", place / "exchange"
+    root.mkdir()
+    shared.mkdir()
+    shared.chmod(0o1777)
+    config = f"c = get_config()  # noqa\nc.Exchange.root = {str(shared)!r}\n"
+    (root / "nbgrader_config.py").write_text(config)
+    planted = as_student(student, "ln", "-s", ".", str(shared / COURSE_ID))
+    assert planted.returncode == 0, planted.stderr
+    with pytest.raises(SystemExit, match="is not a folder: move it away") as stopped:
+        course_exchange.publish(root, "a1")
+    assert "was not published" in str(stopped.value)
+    assert not (root / "grading").exists(), "publishing went ahead"

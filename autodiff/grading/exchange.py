@@ -197,6 +197,9 @@ def publish(root: Path, assignment: str) -> None:
     Publishing again replaces only ``outbound/<assignment>/``: submissions in
     ``inbound/`` stay, and students who fetched the earlier version keep theirs.
     """
+    course = course_folder(root)
+    if course.exists() or course.is_symlink():  # not into a folder someone else made
+        stop_on_problems(root, f"{assignment} was not published")
     again = (course_folder(root) / "outbound" / assignment).is_dir()
     log = root / GRADING_DIR / "logs" / f"publish-{assignment}.log"
     code, output = nbgrader(root, "release_assignment", assignment, "--force", log=log)
