@@ -336,6 +336,13 @@ def test_issue_credentials_is_idempotent_private_and_whole(paths):
         assert mode & 0o077 == 0, f"{path.name} is {oct(mode)}: readable by others"
 
 
+@pytest.mark.parametrize("name", ["", "ann,bob", "ann bob", 'ann"', "Ann"])
+def test_names_that_would_break_a_line_or_never_log_in_are_refused(paths, name):
+    with pytest.raises(ValueError, match="hub name"):
+        issue_credentials([name], paths.dbm, paths.sheet)
+    assert not paths.sheet.exists(), f"{name!r} was refused, but a line was written"
+
+
 def test_the_credentials_file_is_0600_whatever_was_there(paths):
     paths.sheet.write_text("old,line-without-newline")
     paths.sheet.chmod(0o644)

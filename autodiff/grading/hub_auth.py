@@ -247,6 +247,14 @@ class CourseAuthenticator(FirstUseAuthenticator):
     stored for them in ``dbm_path``; one with none is refused with a login error that
     sends the student to the course team. ``create_users`` is False and not consulted.
     The counts of failures live in the hub's memory: a restart of the hub clears them.
+
+    Examples
+    --------
+    In ``jupyterhub_config.py``, with every name the hub knows given a first password::
+
+        c.JupyterHub.authenticator_class = "autodiff.grading.hub_auth.CourseAuthenticator"
+        c.CourseAuthenticator.dbm_path = str(PRIVATE / "passwords.dbm")
+        issue_credentials(names, PRIVATE / "passwords.dbm", PRIVATE / "credentials.csv")
     """
 
     failures_per_account = Integer(
@@ -509,6 +517,11 @@ def _check_name(name: str) -> None:
         raise ValueError(f"{name!r} cannot be a hub name: give names without commas or quotes")
     if any(char.isspace() for char in name):
         raise ValueError(f"{name!r} cannot be a hub name: give names without spaces")
+    if name != name.lower():  # its password would be stored under a name nobody logs in as
+        raise ValueError(
+            f"{name!r} is not a hub name: JupyterHub lowercases the name typed at login, "
+            f"so give {name.lower()!r}"
+        )
 
 
 @contextmanager
@@ -549,7 +562,6 @@ def _record(path: Path, passwords: dict[str, str]) -> None:
     new.unlink(missing_ok=True)  # left by a crash (the lock is ours)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     with os.fdopen(os.open(new, flags, 0o600), "wb") as file:
-        os.fchmod(file.fileno(), 0o600)
         file.write(old + lines.encode())
         file.flush()
         os.fsync(file.fileno())
