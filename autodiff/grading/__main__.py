@@ -1,12 +1,13 @@
 """The instructor's commands, behind the Makefile's grading targets.
 
 ``python -m autodiff.grading release | collect [ZIP] | autograde | feedback | grades
-| restore | kit``
+| restore | kit | hub-password NAME``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -57,10 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", action="store_true", help="wait for a grading run to end")
     p = commands.add_parser("kit", help="release (not published), then the student kit in dist/")
     p.add_argument("--out", type=Path, default=Path("dist"), help="folder for the kit")
+    p = commands.add_parser("hub-password", help="a new first password for one hub account")
+    p.add_argument("name", help="the account: a student id, or an instructor's or TA's name")
+    state = Path(os.environ.get("HUB_STATE", "hub"))  # as deploy/hub/jupyterhub_config.py
+    p.add_argument("--state", type=Path, default=state, help=f"the hub's folder ({state}/)")
     args = parser.parse_args(argv)
     root = Path.cwd()
     if args.command == "validate":  # any notebook, anywhere
         return validate(args.notebook, args.sandbox)
+    if args.command == "hub-password":  # the hub's folder, wherever it is
+        from .hub_auth import hub_password
+
+        password = hub_password(args.name, args.state)
+        print(
+            f"{args.name}'s new password: {password} (also in {args.state}/private/credentials.csv)"
+        )
+        return 0
     if not (root / "nbgrader_config.py").exists():
         raise SystemExit("error: run this from the course root (where nbgrader_config.py is)")
     if args.command != "kit":  # the kit is root's, made by make hub before it starts
