@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -109,6 +110,17 @@ class Hub:
                 time.sleep(0.2)
 
 
+def password(name: str) -> str:
+    """The first password the hub gave ``name``, from the credentials file the course
+    team hands out (``<state>/private/credentials.csv``; a name's last line holds)."""
+    lines = (RUNNING[0].course / "hub" / "private" / "credentials.csv").read_text()
+    given = dict(line.split(",", 1) for line in lines.splitlines() if "," in line)
+    return given[name]
+
+
+RUNNING: list[Hub] = []  # the module's hub, for password()
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
@@ -121,11 +133,14 @@ def hub():
     tmp = Path(tempfile.mkdtemp(prefix="autodiff-hub-"))
     tmp.chmod(0o711)
     course_hub = Hub(tmp)
+    RUNNING[:] = [course_hub]
     try:
         course_hub.start()
         yield course_hub
     finally:
         course_hub.stop()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)  # the hub's log, for a failure
+        shutil.copy(tmp / "hub.log", ARTIFACTS / "hub.log")
         remove_accounts(course_hub.prefix)
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -180,7 +195,7 @@ def as_account(account: str, *command: str) -> subprocess.CompletedProcess:
 def test_a_student_gets_a_server_of_their_own(hub, browser):
     course, url, prefix = hub.course, hub.url, hub.prefix
     began = time.monotonic()
-    page = log_in(browser, url, "alice", "alice-first-password")
+    page = log_in(browser, url, "alice", password("alice"))
     page.wait_for_url("**/user/alice/lab**", timeout=180_000)
     page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
     first_start = {"alice: first login to JupyterLab open s": round(time.monotonic() - began, 1)}
@@ -203,7 +218,7 @@ def test_a_student_gets_a_server_of_their_own(hub, browser):
 
 def test_a_wrong_password_is_refused(hub, browser):
     url = hub.url
-    log_in(browser, url, "bob", "bob-first-password").context.close()  # sets it
+    log_in(browser, url, "bob", password("bob")).context.close()  # sets it
     page = log_in(browser, url, "bob", "not-bobs-password")
     assert "/hub/login" in page.url
     assert "Invalid username or password" in page.content()
@@ -215,7 +230,7 @@ def test_a_wrong_password_is_refused(hub, browser):
 
 def test_students_reach_no_course_files_and_no_other_home(hub, browser):
     course, url, prefix = hub.course, hub.url, hub.prefix
-    log_in(browser, url, "carol", "carol-first-password").context.close()
+    log_in(browser, url, "carol", password("carol")).context.close()
     alice = prefix + "alice"
     for secret in (
         course / "solutions" / "a1_numerical_symbolic" / "a1_numerical_symbolic.ipynb",
@@ -233,11 +248,11 @@ def test_students_reach_no_course_files_and_no_other_home(hub, browser):
 
 def test_the_formgrader_is_the_course_teams(hub, browser):
     url = hub.url
-    page = log_in(browser, url, "alice", "alice-first-password")
+    page = log_in(browser, url, "alice", password("alice"))
     answer = page.goto(f"{url}/services/formgrader/formgrader")
     assert answer.status == 403 or "403" in page.content()
     page.context.close()
-    page = log_in(browser, url, "prof", "prof-first-password")
+    page = log_in(browser, url, "prof", password("prof"))
     page.goto(f"{url}/services/formgrader/formgrader")
     page.get_by_text("Manage Assignments").first.wait_for(timeout=60_000)
     page.get_by_text("a1_numerical_symbolic").first.wait_for(timeout=60_000)  # the gradebook's
@@ -262,7 +277,7 @@ def save_answers(page, url: str, student: str, only: set[str] | None) -> None:
 
 
 def open_formgrader(browser, url: str):
-    prof = log_in(browser, url, "prof", "prof-first-password")
+    prof = log_in(browser, url, "prof", password("prof"))
     prof.on("dialog", lambda dialog: dialog.accept())  # the Formgrader's confirms
     prof.goto(f"{url}/services/formgrader/formgrader")
     prof.locator("tr", has_text=ASSIGNMENT).wait_for(timeout=60_000)
@@ -300,7 +315,7 @@ def test_a_week_of_the_class_on_the_hub(hub, browser):
         pages = {}
         for student, only in CLASS.items():
             with timer(f"{student}: log in, JupyterLab open"):
-                page = pages[student] = log_in(browser, url, student, f"{student}-first-password")
+                page = pages[student] = log_in(browser, url, student, password(student))
                 page.wait_for_url(f"**/user/{student}/lab**", timeout=180_000)
                 page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
             with timer(f"{student}: fetch"):
@@ -381,9 +396,9 @@ def test_a_server_over_its_memory_limit_is_stopped_alone(hub, browser):
     """bob's notebook takes more than his server's 1 GB: the kernel's OOM killer stops his
     kernel (the biggest process in his cgroup); his server, and alice's, go on."""
     require(None if Cgroup.available() else "no cgroup can be made here", "run as root")
-    alice = log_in(browser, hub.url, "alice", "alice-first-password")
+    alice = log_in(browser, hub.url, "alice", password("alice"))
     alice.wait_for_url("**/user/alice/lab**", timeout=180_000)
-    page = log_in(browser, hub.url, "bob", "bob-first-password")
+    page = log_in(browser, hub.url, "bob", password("bob"))
     page.wait_for_url("**/user/bob/lab**", timeout=180_000)
     page.goto(
         f"{hub.url}/user/bob/lab?reset"
@@ -419,7 +434,7 @@ def test_a_servers_cpu_is_capped(hub, browser):
     two busy loops of her account started in it get half a core between them, on a
     machine where they would otherwise take two."""
     account = hub.prefix + "alice"
-    log_in(browser, hub.url, "alice", "alice-first-password").context.close()
+    log_in(browser, hub.url, "alice", password("alice")).context.close()
     server = subprocess.run(
         ["pgrep", "-u", account, "-f", "jupyterhub-singleuser"], capture_output=True, text=True
     ).stdout.split()
@@ -484,7 +499,7 @@ class HubAPI:
 
 def admin_token(browser, url: str) -> str:
     """A token for prof (an admin), made as the hub's token page makes one."""
-    page = log_in(browser, url, "prof", "prof-first-password")
+    page = log_in(browser, url, "prof", password("prof"))
     xsrf = next(c["value"] for c in page.context.cookies(f"{url}/hub/") if c["name"] == "_xsrf")
     made = page.request.post(
         f"{url}/hub/api/users/prof/tokens",
@@ -548,7 +563,7 @@ def test_twenty_students_fetch_and_submit_at_once(hub, browser):
     api = HubAPI(url, admin_token(browser, url))
     pages = {}
     for student in CLASS:  # logged in and their JupyterLab open, before the clock starts
-        pages[student] = log_in(browser, url, student, f"{student}-first-password")
+        pages[student] = log_in(browser, url, student, password(student))
         pages[student].wait_for_selector("#jp-main-dock-panel", timeout=180_000)
     started = time.monotonic()
     with ThreadPoolExecutor(len(LOAD_STUDENTS)) as pool:
@@ -612,7 +627,7 @@ def test_the_hub_restarts_without_losing_anything(hub, browser):
     )  # fmt: skip
     hub.stop()
     hub.start()
-    page = log_in(browser, hub.url, "alice", "alice-first-password")  # her password holds
+    page = log_in(browser, hub.url, "alice", password("alice"))  # her password holds
     page.wait_for_url("**/user/alice/lab**", timeout=180_000)
     page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
     again = subprocess.run(
@@ -631,3 +646,131 @@ def test_the_hub_restarts_without_losing_anything(hub, browser):
     prof = open_formgrader(browser, hub.url)
     assert scores_in_formgrader(prof, hub.url) == scores  # the gradebook, through the new hub
     prof.context.close()
+
+
+# --- a hostile student with a terminal (each test failed on the hub before) ----------
+
+
+def test_an_account_on_the_roster_cannot_be_claimed(hub, browser):
+    """mallory logs in as a classmate who has not logged in yet, with a password of her
+    choice: refused (the first password is the course team's to hand out), and the
+    classmate's own still works."""
+    page = log_in(browser, hub.url, "load05", "mallorys-choice-1")
+    assert "/hub/login" in page.url, f"a roster name was claimed: {page.url}"
+    assert "ask the course team" in page.content()
+    page.context.close()
+    page = log_in(browser, hub.url, "load05", password("load05"))
+    assert "/hub/login" not in page.url, "the classmate's own password was refused"
+    page.context.close()
+
+
+def test_guessing_a_password_locks_the_account_not_the_hub(hub, browser):
+    """Five wrong passwords for load17: the right one is refused too for a while, with
+    a message that says so; the hub goes on answering everyone else."""
+    for guess in range(5):
+        log_in(browser, hub.url, "load17", f"guess-number-{guess}").context.close()
+    page = log_in(browser, hub.url, "load17", password("load17"))
+    assert "/hub/login" in page.url, "the account was not locked after five guesses"
+    assert "Too many failed logins" in page.content()
+    page.context.close()
+    with urllib.request.urlopen(f"{hub.url}/hub/api", timeout=10) as answer:
+        assert answer.status == 200
+
+
+def test_the_formgrader_runs_as_the_grading_account(hub):
+    """The Formgrader service (which renders submissions) is not root: a script that
+    ever ran in an instructor's browser would get the grading account, no more."""
+    port = f"--port={hub.port + 3}"
+    found = subprocess.run(["pgrep", "-f", port], capture_output=True, text=True).stdout.split()
+    owners = {pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name for pid in found}
+    assert owners == {hub.prefix + "grader"}, f"the Formgrader runs as {owners}"
+    for private in ("submitted", "autograded", "feedback", "grading", "solutions"):
+        listed = as_account(hub.prefix + "alice", "ls", str(hub.course / private))
+        assert listed.returncode != 0, f"alice lists {private}/"
+
+
+def run_in_kernel(connection: Path, code: str) -> str:
+    """Run ``code`` in a student's kernel (as root, through its connection file) and
+    return what it printed."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(connection))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        printed: list[str] = []
+
+        def keep(message):
+            if message["msg_type"] == "stream":
+                printed.append(message["content"]["text"])
+            elif message["msg_type"] == "error":
+                printed.append("\n".join(message["content"]["traceback"]))
+
+        client.execute_interactive(code, timeout=60, output_hook=keep)
+        return "".join(printed)
+    finally:
+        client.stop_channels()
+
+
+def listening_ports_of(uid: int) -> list[str]:
+    """TCP ports in LISTEN state (0A) that belong to ``uid`` (/proc/net/tcp*)."""
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[7]) == uid:
+                ports.append(fields[1])
+    return ports
+
+
+def test_a_students_kernels_tmp_and_processes_are_her_own(hub, browser):
+    """carol's kernel listens on no TCP port (Unix sockets in her private runtime
+    folder, which bob cannot open); her /dev/shm and /tmp are her server's own and
+    small; her /proc shows only her processes; and when her server stops, a process
+    she detached with setsid and nohup stops with it."""
+    api = HubAPI(hub.url, admin_token(browser, hub.url))
+    api.call("POST", "/hub/api/users/carol/server", {})
+    began = time.monotonic()
+    while not api.call("GET", "/hub/api/users/carol")["servers"].get("", {}).get("ready"):
+        assert time.monotonic() - began < 180, "carol's server is not ready"
+        time.sleep(0.5)
+    token = api.call("POST", "/hub/api/users/carol/tokens", {"expires_in": 600})["token"]
+    kernel = api.call("POST", "/user/carol/api/kernels", {"name": "python3"}, token)
+    account = pwd.getpwnam(hub.prefix + "carol")
+    runtime = Path(account.pw_dir) / ".local/share/jupyter/runtime"
+    connection = runtime / f"kernel-{kernel['id']}.json"
+    info = json.loads(connection.read_text())
+    assert info["transport"] == "ipc", f"the kernel listens on {info['transport']}"
+    ports = listening_ports_of(account.pw_uid)
+    assert len(ports) <= 1, f"carol's processes listen on TCP {ports} (her server's own only)"
+    socket_path = f"{info['ip']}-{info['shell_port']}"
+    reach = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({socket_path!r})"
+    knocked = as_account(hub.prefix + "bob", str(hub.course / "hub/venv/bin/python"), "-c", reach)
+    assert knocked.returncode != 0, "bob connected to carol's kernel"
+    printed = run_in_kernel(
+        connection,
+        "import os, subprocess\n"
+        "open('/dev/shm/carols-probe', 'w').write('x')\n"
+        "open('/tmp/carols-probe', 'w').write('x')\n"
+        "shm = os.statvfs('/dev/shm'); print('shm', shm.f_blocks * shm.f_frsize)\n"
+        "mine = os.getuid()\n"
+        "others = [p for p in os.listdir('/proc') if p.isdigit()"
+        " and os.stat(f'/proc/{p}').st_uid != mine]\n"
+        "print('others', len(others))\n"
+        "subprocess.Popen(['setsid', 'nohup', 'sleep', '600'], start_new_session=True)\n",
+    )
+    assert not Path("/dev/shm/carols-probe").exists(), "carol's /dev/shm is the machine's"
+    assert not Path("/tmp/carols-probe").exists(), "carol's /tmp is the machine's"
+    values = dict(line.split() for line in printed.splitlines() if line[:3] in ("shm", "oth"))
+    assert int(values["shm"]) <= 64 * 2**20, printed
+    assert values["others"] == "0", f"carol sees others' processes: {printed}"
+    detached = subprocess.run(["pgrep", "-u", account.pw_name, "sleep"], capture_output=True)
+    assert detached.returncode == 0, "the detached sleep did not start"
+    api.call("DELETE", "/hub/api/users/carol/server")
+    deadline = time.monotonic() + 60
+    alive = ["pgrep", "-u", account.pw_name, "--runstates", "D,R,S,T"]
+    while subprocess.run(alive, capture_output=True).returncode == 0:
+        left = subprocess.run(["ps", "-u", account.pw_name, "-o", "pid,args"], capture_output=True)
+        assert time.monotonic() < deadline, f"left running: {left.stdout.decode()}"
+        time.sleep(0.5)

@@ -101,9 +101,13 @@ class CourseSpawner(LocalProcessSpawner):
         tmp_mb, shm_mb = self.tmp_mb, self.shm_mb
 
         def preexec():
-            if group is not None:
-                group.enter()  # as root, before the account is taken
-            private_mounts(tmp_mb, shm_mb)
+            try:
+                if group is not None:
+                    group.enter()  # as root, before the account is taken
+                private_mounts(tmp_mb, shm_mb)
+            except OSError as error:  # Popen hides it: the hub's log shows this line
+                os.write(2, f"the server of {name} cannot start: {error}\n".encode())
+                raise
             become()  # which goes to the home folder
             # The kit's folder, whose nbgrader_config.py the Assignment List reads: it
             # looks in the server's working folder, not in its root_dir.

@@ -40,6 +40,7 @@ sys.path.insert(0, str(COURSE))  # autodiff.grading, for the spawner and the ros
 
 from autodiff.grading import hub_setup  # noqa: E402
 from autodiff.grading.hub import roster  # noqa: E402
+from autodiff.grading.hub_auth import issue_credentials  # noqa: E402
 
 # The grading account runs the Formgrader and every grading step; root runs nothing of
 # the course but the hub. It holds the grading data; the code stays root's.
@@ -78,18 +79,24 @@ c.JupyterHub.cleanup_servers = False
 c.JupyterHub.shutdown_on_logout = True
 
 # --- who may log in -------------------------------------------------------------------
-# A roster of student ids; each sets a password the first time they log in (the
-# password is kept hashed in <state>/private/passwords.dbm). Instructors and TAs log in the same way.
+# A roster of student ids. Nobody sets their own first password: the hub gives each
+# name one the first time it sees it, in <state>/private/credentials.csv (root's, 0600),
+# for the course team to hand out; each can change it at /hub/auth/change-password.
+# Failed logins are limited per account and per address (autodiff/grading/hub_auth.py).
 instructors = {n for n in os.environ.get("HUB_INSTRUCTORS", "").split(",") if n}
 tas = {n for n in os.environ.get("HUB_TAS", "").split(",") if n}
 ROSTER = Path(os.environ.get("HUB_ROSTER", STATE / "roster.txt"))
 students = roster(ROSTER)
 ROSTER.chmod(ROSTER.stat().st_mode & ~0o077)  # the class list is the instructor's
-c.JupyterHub.authenticator_class = "firstuseauthenticator.FirstUseAuthenticator"
-c.FirstUseAuthenticator.create_users = False  # only the roster, instructors and TAs
-c.FirstUseAuthenticator.dbm_path = str(PRIVATE / "passwords.dbm")
-c.FirstUseAuthenticator.min_password_length = 8
+c.JupyterHub.authenticator_class = "autodiff.grading.hub_auth.CourseAuthenticator"
+c.CourseAuthenticator.dbm_path = str(PRIVATE / "passwords.dbm")
+c.CourseAuthenticator.min_password_length = 8
 c.Authenticator.allowed_users = students | instructors | tas
+issued = issue_credentials(
+    students | instructors | tas, PRIVATE / "passwords.dbm", PRIVATE / "credentials.csv"
+)
+if issued:
+    print(f"first passwords for {len(issued)} new accounts: {PRIVATE / 'credentials.csv'}")
 c.Authenticator.admin_users = instructors
 
 # --- each student's server ------------------------------------------------------------
