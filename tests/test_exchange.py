@@ -46,16 +46,12 @@ A2 = "a2_forward_mode"
 NOTEBOOK = f"{A2}.ipynb"
 SANDBOX = "none" if sandboxing.bwrap_problem() else "auto"  # the sandbox is not tested here
 
-# What a student's folder holds (the student kit's config, for the test's students):
-# nbgrader names a student by their login, or by JUPYTERHUB_USER when the login is
-# "jovyan" (JupyterHub's images); students sharing one login are told apart here.
-STUDENT_CONFIG = """\
-import os
-c = get_config()
-c.CourseDirectory.course_id = "autodiff"
-c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE", "/srv/nbgrader/exchange")
-c.CourseDirectory.student_id = os.environ.get("JUPYTERHUB_USER", "*")
-"""
+# What a student's folder holds: the student kit's config, whose submit leaves the
+# submission's folder writable by its student only. nbgrader names a student by their
+# login, or by JUPYTERHUB_USER when the login is "jovyan" (JupyterHub's images); the
+# kit's config takes JUPYTERHUB_USER, so the test's students, who share one login, are
+# told apart.
+STUDENT_CONFIG = (ROOT / "deploy" / "student-kit" / "nbgrader_config.py").read_text()
 
 
 # --- the people -------------------------------------------------------------------------
@@ -247,6 +243,17 @@ def test_each_student_fetched_the_release(run):
         assert f"Fetched as: autodiff {A2}" in run.out[f"fetch {name}"]
     released = (run.instructor.root / "assignments" / A2 / NOTEBOOK).read_bytes()
     assert run.sent["bob"][0] == released  # bob handed in what he fetched
+
+
+def test_the_kits_submit_leaves_each_submission_writable_by_its_student_only(run):
+    """nbgrader's submit leaves the folder 0777, where a classmate could add or replace
+    files; the student kit's leaves it for the instructor to read and no one else to change."""
+    for name in run.students:
+        for entry in entries(run.instructor, name):
+            mode = stat.S_IMODE(entry.stat().st_mode)
+            assert mode in (0o755, 0o2755), f"{entry}: {mode:04o}"  # setgid: as inbound gives
+            for path in entry.rglob("*"):
+                assert not path.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH), path
 
 
 def test_collect_reports_who_submitted(run):
