@@ -29,6 +29,7 @@ import subprocess
 import sys
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import nbformat
@@ -159,6 +160,22 @@ def files(folder: Path) -> dict[str, bytes]:
 def entries(instructor: Instructor, student: str) -> list[Path]:
     """A student's submissions in inbound, oldest first."""
     return sorted(instructor.inbound.glob(f"{student}+{A2}+*"), key=lambda p: p.name.split("+")[2])
+
+
+def nbgrader_time(moment: datetime) -> str:
+    """A time as nbgrader names submissions and writes timestamp.txt (UTC)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def set_due_date(teacher: Instructor, due: datetime) -> None:
+    command = ["db", "assignment", "add", A2, f"--duedate={nbgrader_time(due)}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *command],
+        cwd=teacher.root,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def report_rows(root: Path) -> dict[str, dict[str, str]]:
@@ -347,9 +364,9 @@ def hand_in(
 
 
 def test_a_newer_submission_replaces_the_collected_one_which_is_kept(trouble):
-    first = hand_in(trouble, "carol", "2025-03-01 10:00:00.000000 UTC", text="\n")
+    first = hand_in(trouble, "carol", nbgrader_time(datetime.now(UTC)), text="\n")
     trouble.ok("collect", A2)
-    second = hand_in(trouble, "carol", "2025-03-02 10:00:00.000000 UTC", text="\n\n")
+    second = hand_in(trouble, "carol", nbgrader_time(datetime.now(UTC)), text="\n\n")
     out = trouble.ok("collect", A2)
     line = next(line for line in out.splitlines() if line.strip().startswith("carol"))
     assert "replaces the one collected before, kept in grading/backups/" in line
@@ -361,29 +378,14 @@ def test_a_newer_submission_replaces_the_collected_one_which_is_kept(trouble):
 
 
 def test_a_late_submission_is_collected_and_reported_late(trouble):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nbgrader",
-            "db",
-            "assignment",
-            "add",
-            A2,
-            "--duedate=2026-01-01 00:00:00 UTC",
-        ],
-        cwd=trouble.root,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    hand_in(trouble, "dave", "2026-01-02 03:04:05.000000 UTC")
+    now = datetime.now(UTC)  # the submission's name and files agree: made now
+    due = now - timedelta(days=1, hours=3, minutes=4, seconds=30)
+    set_due_date(trouble, due)
+    hand_in(trouble, "dave", nbgrader_time(now))
     out = trouble.ok("collect", A2)
-    assert "late by 1 d 3 h 4 min (due 2026-01-01 00:00 UTC)" in out
+    assert f"late by 1 d 3 h 4 min (due {due:%Y-%m-%d %H:%M} UTC)" in out, out
     timestamp = trouble.root / "submitted" / "dave" / A2 / "timestamp.txt"
-    assert (
-        timestamp.read_text() == "2026-01-02 03:04:05.000000 UTC"
-    )  # autograde's late penalty reads it
+    assert timestamp.read_text() == nbgrader_time(now)  # autograde's late penalty reads it
 
 
 def test_a_submission_of_an_assignment_never_released_stays(trouble):
