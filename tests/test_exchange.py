@@ -29,6 +29,7 @@ import subprocess
 import sys
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import nbformat
@@ -46,16 +47,12 @@ A2 = "a2_forward_mode"
 NOTEBOOK = f"{A2}.ipynb"
 SANDBOX = "none" if sandboxing.bwrap_problem() else "auto"  # the sandbox is not tested here
 
-# What a student's folder holds (the student kit's config, for the test's students):
-# nbgrader names a student by their login, or by JUPYTERHUB_USER when the login is
-# "jovyan" (JupyterHub's images); students sharing one login are told apart here.
-STUDENT_CONFIG = """\
-import os
-c = get_config()
-c.CourseDirectory.course_id = "autodiff"
-c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE", "/srv/nbgrader/exchange")
-c.CourseDirectory.student_id = os.environ.get("JUPYTERHUB_USER", "*")
-"""
+# What a student's folder holds: the student kit's config, whose submit leaves the
+# submission's folder writable by its student only. nbgrader names a student by their
+# login, or by JUPYTERHUB_USER when the login is "jovyan" (JupyterHub's images); the
+# kit's config takes JUPYTERHUB_USER, so the test's students, who share one login, are
+# told apart.
+STUDENT_CONFIG = (ROOT / "deploy" / "student-kit" / "nbgrader_config.py").read_text()
 
 
 # --- the people -------------------------------------------------------------------------
@@ -165,6 +162,22 @@ def entries(instructor: Instructor, student: str) -> list[Path]:
     return sorted(instructor.inbound.glob(f"{student}+{A2}+*"), key=lambda p: p.name.split("+")[2])
 
 
+def nbgrader_time(moment: datetime) -> str:
+    """A time as nbgrader names submissions and writes timestamp.txt (UTC)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def set_due_date(teacher: Instructor, due: datetime) -> None:
+    command = ["db", "assignment", "add", A2, f"--duedate={nbgrader_time(due)}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *command],
+        cwd=teacher.root,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def report_rows(root: Path) -> dict[str, dict[str, str]]:
     """The latest collect report of a2: entry -> row."""
     latest = sorted((root / "grading").glob(f"collect-{A2}-*.csv"))[-1]
@@ -247,6 +260,17 @@ def test_each_student_fetched_the_release(run):
         assert f"Fetched as: autodiff {A2}" in run.out[f"fetch {name}"]
     released = (run.instructor.root / "assignments" / A2 / NOTEBOOK).read_bytes()
     assert run.sent["bob"][0] == released  # bob handed in what he fetched
+
+
+def test_the_kits_submit_leaves_each_submission_writable_by_its_student_only(run):
+    """nbgrader's submit leaves the folder 0777, where a classmate could add or replace
+    files; the student kit's leaves it for the instructor to read and no one else to change."""
+    for name in run.students:
+        for entry in entries(run.instructor, name):
+            mode = stat.S_IMODE(entry.stat().st_mode)
+            assert mode in (0o755, 0o2755), f"{entry}: {mode:04o}"  # setgid: as inbound gives
+            for path in entry.rglob("*"):
+                assert not path.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH), path
 
 
 def test_collect_reports_who_submitted(run):
@@ -340,9 +364,9 @@ def hand_in(
 
 
 def test_a_newer_submission_replaces_the_collected_one_which_is_kept(trouble):
-    first = hand_in(trouble, "carol", "2025-03-01 10:00:00.000000 UTC", text="\n")
+    first = hand_in(trouble, "carol", nbgrader_time(datetime.now(UTC)), text="\n")
     trouble.ok("collect", A2)
-    second = hand_in(trouble, "carol", "2025-03-02 10:00:00.000000 UTC", text="\n\n")
+    second = hand_in(trouble, "carol", nbgrader_time(datetime.now(UTC)), text="\n\n")
     out = trouble.ok("collect", A2)
     line = next(line for line in out.splitlines() if line.strip().startswith("carol"))
     assert "replaces the one collected before, kept in grading/backups/" in line
@@ -354,29 +378,14 @@ def test_a_newer_submission_replaces_the_collected_one_which_is_kept(trouble):
 
 
 def test_a_late_submission_is_collected_and_reported_late(trouble):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nbgrader",
-            "db",
-            "assignment",
-            "add",
-            A2,
-            "--duedate=2026-01-01 00:00:00 UTC",
-        ],
-        cwd=trouble.root,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    hand_in(trouble, "dave", "2026-01-02 03:04:05.000000 UTC")
+    now = datetime.now(UTC)  # the submission's name and files agree: made now
+    due = now - timedelta(days=1, hours=3, minutes=4, seconds=30)
+    set_due_date(trouble, due)
+    hand_in(trouble, "dave", nbgrader_time(now))
     out = trouble.ok("collect", A2)
-    assert "late by 1 d 3 h 4 min (due 2026-01-01 00:00 UTC)" in out
+    assert f"late by 1 d 3 h 4 min (due {due:%Y-%m-%d %H:%M} UTC)" in out, out
     timestamp = trouble.root / "submitted" / "dave" / A2 / "timestamp.txt"
-    assert (
-        timestamp.read_text() == "2026-01-02 03:04:05.000000 UTC"
-    )  # autograde's late penalty reads it
+    assert timestamp.read_text() == nbgrader_time(now)  # autograde's late penalty reads it
 
 
 def test_a_submission_of_an_assignment_never_released_stays(trouble):

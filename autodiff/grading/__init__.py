@@ -7,7 +7,8 @@ runs on the instructor's side (``python -m autodiff.grading``, behind the Makefi
 
 * ``collect``: LMS downloads into ``submitted/``, every entry accounted for;
   ``collect_exchange``: the same from the nbgrader exchange, where ``exchange``
-  publishes assignments and returns feedback (JupyterLab's Assignment List);
+  publishes assignments and returns feedback (JupyterLab's Assignment List), and
+  ``safe_copy`` reads each submission without following a student's links or swaps;
 * ``autograde``: stage, run and record a class; ``normalize`` rebuilds a
   submission on the released cells; ``execute`` runs one notebook with its kernel in
   the ``sandbox`` (bubblewrap, limits) and ``monitor`` watching the kernel;

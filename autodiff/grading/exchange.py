@@ -7,8 +7,10 @@ kind of user needs (students are "others" to the instructor's files)::
     <exchange>/                        1777  students' commands check they can write here
     <exchange>/autodiff/               0755  the instructor's
         outbound/<assignment>/         0755  released notebooks: students read and fetch them
-        inbound/<student>+<assignment>+<time>+<random>/
-                                       2733  submissions: students add theirs, list none
+        inbound/                       2733  submissions: students add theirs, list none
+            <student>+<assignment>+<time>+<random>/
+                                       0755  one submission, the student's (the kit's
+                                             submit; nbgrader's own leaves it 0777)
         feedback/<hash>.html           0711  a student opens only the pages whose hash their
                                              own submission's secret gives
 
@@ -95,15 +97,16 @@ def describe(path: Path) -> str:
     """``/x is drwx------ (0700), owner alice``: what a permission message shows."""
     info = path.lstat()
     mode = stat.S_IMODE(info.st_mode)
-    return f"{path} is {stat.filemode(info.st_mode)} ({mode:04o}), owner {_owner(info.st_uid)}"
+    return f"{path} is {stat.filemode(info.st_mode)} ({mode:04o}), owner {account(info.st_uid)}"
 
 
 def owner(path: Path) -> str:
     """The account that owns ``path`` (not followed, if a link)."""
-    return _owner(path.lstat().st_uid)
+    return account(path.lstat().st_uid)
 
 
-def _owner(uid: int) -> str:
+def account(uid: int) -> str:
+    """The name of the account with ``uid``, or ``uid 1234`` when it has none."""
     try:
         import pwd
 
@@ -126,7 +129,7 @@ def problems(root: Path) -> list[str]:
         )
     course = exchange / COURSE_ID
     if not os.access(exchange, os.R_OK | os.W_OK | os.X_OK):  # nothing inside can be seen
-        owner = _owner(exchange.stat().st_uid)
+        owner = account(exchange.stat().st_uid)
         found.append(
             f"{describe(exchange)}: you cannot use it; fix: chmod 1777 {exchange} (as {owner})"
         )
@@ -158,7 +161,8 @@ def _check_mine(folder: Path, others: int, fix: str, consequence: str) -> list[s
     info = folder.stat()
     me = os.getuid()
     if info.st_uid != me:
-        return [f"{describe(folder)}, not you ({_owner(me)}); fix: chown -R {_owner(me)} {folder}"]
+        mine = account(me)
+        return [f"{describe(folder)}, not you ({mine}); fix: chown -R {mine} {folder}"]
     if stat.S_IMODE(info.st_mode) & 0o700 != 0o700:
         return [f"{describe(folder)}: you cannot read or write it; fix: chmod {fix} {folder}"]
     if stat.S_IMODE(info.st_mode) & others != others:
