@@ -31,8 +31,11 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # The venv's bin first on PATH: the formgrader runs `alembic` from it to set up the gradebook.
 # LAB_ARGS passes options to JupyterLab (a test: LAB_ARGS="--no-browser --port=8890").
+# deploy/instructor: the Formgrader's pages run no script a student wrote.
 lab: $(VENV)/.installed-course
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" \
+		JUPYTER_CONFIG_PATH="$(CURDIR)/deploy/instructor$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		$(BIN)/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS)
 
 # Everything, then the GPU tests again on a CuPy double (tests/fakecupy.py), so that the
 # GPU code paths run even where there is no GPU.

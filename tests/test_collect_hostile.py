@@ -32,7 +32,7 @@ from test_exchange import (
 from autodiff.grading import collect_exchange as collecting
 from autodiff.grading import safe_copy
 from autodiff.grading.exchange import ACCOUNTS_FILE
-from autodiff.grading.hub import write_accounts
+from autodiff.grading.hub_setup import write_accounts
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NOBODY = 65534

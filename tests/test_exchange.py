@@ -38,7 +38,7 @@ from servers import free_port, serving
 
 from autodiff.grading import sandbox as sandboxing
 from autodiff.grading.exchange import ACCOUNTS_FILE
-from autodiff.grading.hub import write_accounts
+from autodiff.grading.hub_setup import write_accounts
 
 pytest.importorskip("nbgrader")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

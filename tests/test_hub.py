@@ -26,7 +26,6 @@ from pathlib import Path
 import nbformat
 import pytest
 from lab_pages import (
-    CHROMIUM_FLAGS,
     Timer,
     answers_for,
     assignment_list,
@@ -39,7 +38,7 @@ from lab_pages import (
     submit,
 )
 from servers import free_port, serving
-from system_parts import require
+from system_parts import chromium, require
 
 from autodiff.grading.exchange import owner
 from autodiff.grading.sandbox import Cgroup
@@ -130,7 +129,8 @@ def _listening(port: int) -> bool:
 def hub():
     require(_problem(), "run as root with: apt install nodejs npm passwd")
     # Not under pytest's folder (0700, root's): students' accounts must pass through.
-    tmp = Path(tempfile.mkdtemp(prefix="autodiff-hub-"))
+    # Not under /tmp either: each student's server has a /tmp of its own.
+    tmp = Path(tempfile.mkdtemp(prefix="autodiff-hub-", dir="/var/tmp"))
     tmp.chmod(0o711)
     course_hub = Hub(tmp)
     RUNNING[:] = [course_hub]
@@ -162,13 +162,7 @@ def remove_accounts(prefix: str) -> None:
 
 @pytest.fixture(scope="module")
 def browser():
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    require(None if chromium else "Chromium is not installed", "apt install chromium")
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        yield launched
-        launched.close()
+    yield from chromium()
 
 
 def log_in(browser, url: str, name: str, password: str):
@@ -657,7 +651,7 @@ def test_an_account_on_the_roster_cannot_be_claimed(hub, browser):
     classmate's own still works."""
     page = log_in(browser, hub.url, "load05", "mallorys-choice-1")
     assert "/hub/login" in page.url, f"a roster name was claimed: {page.url}"
-    assert "ask the course team" in page.content()
+    assert "Invalid username or password" in page.content()
     page.context.close()
     page = log_in(browser, hub.url, "load05", password("load05"))
     assert "/hub/login" not in page.url, "the classmate's own password was refused"
@@ -680,13 +674,71 @@ def test_guessing_a_password_locks_the_account_not_the_hub(hub, browser):
 def test_the_formgrader_runs_as_the_grading_account(hub):
     """The Formgrader service (which renders submissions) is not root: a script that
     ever ran in an instructor's browser would get the grading account, no more."""
-    port = f"--port={hub.port + 3}"
-    found = subprocess.run(["pgrep", "-f", port], capture_output=True, text=True).stdout.split()
+    service = f"jupyterhub.singleuser --port={hub.port + 3}"
+    found = subprocess.run(["pgrep", "-f", service], capture_output=True, text=True).stdout.split()
+    assert found, "no Formgrader process"
     owners = {pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name for pid in found}
     assert owners == {hub.prefix + "grader"}, f"the Formgrader runs as {owners}"
     for private in ("submitted", "autograded", "feedback", "grading", "solutions"):
         listed = as_account(hub.prefix + "alice", "ls", str(hub.course / private))
         assert listed.returncode != 0, f"alice lists {private}/"
+
+
+def running_server(api: HubAPI, name: str) -> str:
+    """Start the student's server (if it is not running) and return a token of theirs."""
+    if not api.call("GET", f"/hub/api/users/{name}")["servers"].get("", {}).get("ready"):
+        api.call("POST", f"/hub/api/users/{name}/server", {})
+    began = time.monotonic()
+    while not api.call("GET", f"/hub/api/users/{name}")["servers"].get("", {}).get("ready"):
+        assert time.monotonic() - began < 180, f"{name}'s server is not ready"
+        time.sleep(0.5)
+    return api.call("POST", f"/hub/api/users/{name}/tokens", {"expires_in": 600})["token"]
+
+
+XSS = "window.__pwned = (window.__pwned || 0) + 1"
+
+
+def test_a_script_in_a_submission_does_not_run_in_the_formgrader(hub, browser):
+    """bob submits a notebook whose written answer holds ``<img onerror=...>`` and
+    whose code displays the same as HTML; prof collects, autogrades and opens bob's
+    submission in the Formgrader: the page shows bob's answer, carries its
+    Content-Security-Policy, and runs none of bob's script."""
+    url = hub.url
+    api = HubAPI(url, admin_token(browser, url))
+    token = running_server(api, "bob")
+    path = f"/user/bob/api/contents/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+    notebook = nbformat.from_dict(api.call("GET", path, token=token)["content"])
+    notebook.cells.append(
+        nbformat.v4.new_markdown_cell(f"bobs-marker-text <img src=x onerror='{XSS}'>")
+    )
+    shown = (
+        f"from IPython.display import HTML, display\ndisplay(HTML(\"<img src=x onerror='{XSS}'>\"))"
+    )
+    notebook.cells.append(nbformat.v4.new_code_cell(shown))
+    api.call("PUT", path, {"type": "notebook", "content": notebook}, token)
+    body = {"course_id": "autodiff", "assignment_id": ASSIGNMENT}
+    submitted = api.call("POST", "/user/bob/assignments/submit", body, token)
+    assert submitted.get("success"), submitted
+
+    prof = open_formgrader(browser, url)
+    prof.locator("tr", has_text=ASSIGNMENT).locator("td.collect a").click()
+    formgrader_result(prof)
+    prof.goto(f"{url}/services/formgrader/formgrader")
+    prof.locator("tr", has_text=ASSIGNMENT).wait_for(timeout=60_000)
+    autograde_each(prof, ASSIGNMENT, ["bob"], Timer())
+    prof.goto(f"{url}/services/formgrader/formgrader/manage_students/bob/{ASSIGNMENT}")
+    link = prof.locator("a[href*='/submissions/']").first
+    link.wait_for(timeout=60_000)
+    refused: list[str] = []
+    prof.on("console", lambda m: refused.append(m.text))
+    prof.goto(link.evaluate("a => a.href"))
+    prof.get_by_text("bobs-marker-text").first.wait_for(timeout=60_000)
+    prof.wait_for_timeout(1000)  # an image that fails to load fires onerror meanwhile
+    shot(prof, "xss-formgrader-submission")
+    assert prof.evaluate("window.__pwned || 0") == 0, "bob's script ran in prof's browser"
+    assert prof.locator('meta[http-equiv="Content-Security-Policy"]').count() == 1
+    assert prof.evaluate("typeof toggle_name") == "function", "the page's own script did not run"
+    prof.context.close()
 
 
 def run_in_kernel(connection: Path, code: str) -> str:
@@ -730,24 +782,28 @@ def test_a_students_kernels_tmp_and_processes_are_her_own(hub, browser):
     small; her /proc shows only her processes; and when her server stops, a process
     she detached with setsid and nohup stops with it."""
     api = HubAPI(hub.url, admin_token(browser, hub.url))
-    api.call("POST", "/hub/api/users/carol/server", {})
-    began = time.monotonic()
-    while not api.call("GET", "/hub/api/users/carol")["servers"].get("", {}).get("ready"):
-        assert time.monotonic() - began < 180, "carol's server is not ready"
-        time.sleep(0.5)
-    token = api.call("POST", "/hub/api/users/carol/tokens", {"expires_in": 600})["token"]
+    token = running_server(api, "carol")
     kernel = api.call("POST", "/user/carol/api/kernels", {"name": "python3"}, token)
     account = pwd.getpwnam(hub.prefix + "carol")
-    runtime = Path(account.pw_dir) / ".local/share/jupyter/runtime"
-    connection = runtime / f"kernel-{kernel['id']}.json"
+    server = subprocess.run(
+        ["pgrep", "-u", account.pw_name, "-f", "jupyterhub-singleuser"],
+        capture_output=True, text=True,
+    ).stdout.split()[0]  # fmt: skip
+    inside = Path(f"/proc/{server}/root")  # carol's server's view of the files, as root
+    connection = inside / "tmp/jupyter-runtime" / f"kernel-{kernel['id']}.json"
     info = json.loads(connection.read_text())
     assert info["transport"] == "ipc", f"the kernel listens on {info['transport']}"
     ports = listening_ports_of(account.pw_uid)
     assert len(ports) <= 1, f"carol's processes listen on TCP {ports} (her server's own only)"
-    socket_path = f"{info['ip']}-{info['shell_port']}"
-    reach = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({socket_path!r})"
-    knocked = as_account(hub.prefix + "bob", str(hub.course / "hub/venv/bin/python"), "-c", reach)
-    assert knocked.returncode != 0, "bob connected to carol's kernel"
+    shell = f"{info['ip']}-{info['shell_port']}"
+    python = str(hub.course / "hub/venv/bin/python")
+    for path in (shell, f"{inside}{shell}"):  # as the machine has it, and through /proc
+        reach = f"import socket; socket.socket(socket.AF_UNIX).connect({path!r})"
+        knocked = as_account(hub.prefix + "bob", python, "-c", reach)
+        assert knocked.returncode != 0, f"bob connected to carol's kernel at {path}"
+    info["ip"] = f"{inside}{info['ip']}"
+    connection = Path(tempfile.mkdtemp()) / "carol-kernel.json"
+    connection.write_text(json.dumps(info))
     printed = run_in_kernel(
         connection,
         "import os, subprocess\n"

@@ -9,7 +9,6 @@ import secrets
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -264,3 +263,10 @@ def test_publishing_into_a_course_folder_a_student_made_is_refused(place, accoun
         course_exchange.publish(root, "a1")
     assert "was not published" in str(stopped.value)
     assert not (root / "grading").exists(), "publishing went ahead"
+
+
+@pytest.mark.parametrize("folder", ["/tmp/course/hub", "/dev/shm/hub"])
+def test_the_hubs_folder_cannot_be_where_servers_mount_their_own(folder):
+    with pytest.raises(SystemExit, match="replaces with one of its own"):
+        hub_setup.check_state_folder(Path(folder))
+    hub_setup.check_state_folder(Path("/srv/course/hub"))  # elsewhere: no word

@@ -4,16 +4,14 @@ Content-Security-Policy runs no script the template did not write, even when the
 cleaning is switched off (``formgrader_guard.py``), checked in a real browser."""
 
 import base64
-import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
 import pytest
-from lab_pages import CHROMIUM_FLAGS
 from nbconvert.exporters import HTMLExporter
 from nbgrader.server_extensions.formgrader import handlers
-from system_parts import require
+from system_parts import chromium
 from traitlets.config import Config, PyFileConfigLoader
 
 from autodiff.grading.formgrader_guard import GuardedExporter, policy
@@ -143,13 +141,7 @@ def test_the_formgrader_page_shows_a_hostile_notebook_as_text(tmp_path):
 
 @pytest.fixture(scope="module")
 def browser():
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    require(None if chromium else "Chromium is not installed", "apt install chromium")
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        yield launched
-        launched.close()
+    yield from chromium()
 
 
 def run_in_browser(browser, page_html: str) -> tuple[int, list[str]]:

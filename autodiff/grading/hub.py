@@ -105,7 +105,7 @@ class CourseSpawner(LocalProcessSpawner):
                 if group is not None:
                     group.enter()  # as root, before the account is taken
                 private_mounts(tmp_mb, shm_mb)
-            except OSError as error:  # Popen hides it: the hub's log shows this line
+            except Exception as error:  # Popen hides it: the hub's log shows this line
                 os.write(2, f"the server of {name} cannot start: {error}\n".encode())
                 raise
             become()  # which goes to the home folder
@@ -128,6 +128,10 @@ class CourseSpawner(LocalProcessSpawner):
         # the kit's (no Formgrader) and the hub's (kernels on Unix sockets, the terminal)
         folders = [str(kit / "jupyter"), *([self.settings] if self.settings else [])]
         self.environment["JUPYTER_CONFIG_PATH"] = os.pathsep.join(folders)
+        # Kernels' Unix sockets there: the server's own /tmp, which no other account
+        # sees, and a short path (a socket's path is at most 107 bytes; a home's
+        # .local/share/jupyter/runtime/kernel-<uuid>-ipc-N is close to that)
+        self.environment["JUPYTER_RUNTIME_DIR"] = "/tmp/jupyter-runtime"
         memory_mb = max(64, (self.mem_limit or 2**31) // 2**20)
         cores = self.cpu_limit or 0  # Spawner.cpu_limit: cores; None or 0 for no cap
         limits = Limits(memory_mb=memory_mb, processes=self.processes, cores=cores)

@@ -38,6 +38,17 @@ MADE_EMPTY = ("submitted", "autograded", "feedback", "grading")  # made if missi
 EXCHANGE_MODES = {"": 0o755, "outbound": 0o755, "inbound": 0o2733, "feedback": 0o711}
 
 
+def check_state_folder(state: Path) -> None:
+    """The hub's folder (homes, environments, the exchange) must stay in sight of the
+    students' servers, which each mount a ``/tmp`` and ``/dev/shm`` of their own."""
+    for hidden in (Path("/tmp"), Path("/dev/shm")):
+        if state.resolve().is_relative_to(hidden):
+            raise SystemExit(
+                f"error: the hub's folder {state} is in {hidden}, which each student's server"
+                f" replaces with one of its own: move the course (or HUB_STATE=/srv/...)"
+            )
+
+
 def grading_account(name: str, home: Path) -> pwd.struct_passwd:
     """The system account that grades (made the first time), with a private home."""
     try:

@@ -42,6 +42,7 @@ from autodiff.grading import hub_setup  # noqa: E402
 from autodiff.grading.hub import roster  # noqa: E402
 from autodiff.grading.hub_auth import issue_credentials  # noqa: E402
 
+hub_setup.check_state_folder(STATE)
 # The grading account runs the Formgrader and every grading step; root runs nothing of
 # the course but the hub. It holds the grading data; the code stays root's.
 GRADER = hub_setup.grading_account(
