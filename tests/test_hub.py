@@ -87,7 +87,10 @@ class Hub:
         self.stack = contextlib.ExitStack()
 
     def start(self) -> None:
-        limits = {"HUB_MEM_LIMIT": "1G", "HUB_CPU_LIMIT": "0.5"}
+        limits = {
+            "HUB_MEM_LIMIT": "1G", "HUB_CPU_LIMIT": "0.5", "HUB_DISK_MB": "64",
+            "HUB_POLL_SECONDS": "5",
+        }  # fmt: skip
         accounts = {"HUB_ACCOUNT_PREFIX": self.prefix, "HUB_GRADER": self.prefix + "grader"}
         env = dict(os.environ, **accounts, **limits)
         env.pop("NBGRADER_EXCHANGE", None)
@@ -830,3 +833,26 @@ def test_a_students_kernels_tmp_and_processes_are_her_own(hub, browser):
         left = subprocess.run(["ps", "-u", account.pw_name, "-o", "pid,args"], capture_output=True)
         assert time.monotonic() < deadline, f"left running: {left.stdout.decode()}"
         time.sleep(0.5)
+
+
+def test_a_student_past_the_disk_limit_is_stopped_and_told_why(hub, browser):
+    """load03 fills her home past the hub's 64 MB (HUB_DISK_MB): her server is stopped
+    at the next poll, and starting it again says why instead of filling the disk the
+    gradebook shares."""
+    api = HubAPI(hub.url, admin_token(browser, hub.url))
+    running_server(api, "load03")
+    account = hub.prefix + "load03"
+    home = Path(pwd.getpwnam(account).pw_dir)
+    filled = as_account(account, "sh", "-c", f"head -c 80000000 /dev/zero > {home}/big.bin")
+    assert filled.returncode == 0, filled.stderr
+    deadline = time.monotonic() + 90
+    while api.call("GET", "/hub/api/users/load03")["servers"]:
+        assert time.monotonic() < deadline, "load03's server still runs past the limit"
+        time.sleep(1)
+    assert subprocess.run(["pgrep", "-u", account], capture_output=True).returncode == 1
+    page = log_in(browser, hub.url, "load03", password("load03"))
+    page.get_by_text("take more than 64 MB").first.wait_for(timeout=60_000)
+    shot(page, "load03-over-disk-limit")
+    page.context.close()
+    (home / "big.bin").unlink()  # the course team makes room: she starts again
+    running_server(api, "load03")

@@ -270,3 +270,19 @@ def test_the_hubs_folder_cannot_be_where_servers_mount_their_own(folder):
     with pytest.raises(SystemExit, match="replaces with one of its own"):
         hub_setup.check_state_folder(Path(folder))
     hub_setup.check_state_folder(Path("/srv/course/hub"))  # elsewhere: no word
+
+
+def test_disk_use_counts_what_is_on_disk_without_following_links(tmp_path):
+    from autodiff.grading.hub import MAX_DEPTH, disk_use
+
+    home = tmp_path / "home"
+    folder = home / "a" / "b"
+    folder.mkdir(parents=True)
+    (folder / "data").write_bytes(b"x" * 3_000_000)
+    (home / "elsewhere").symlink_to("/usr")  # not followed: not hers
+    used = disk_use([home], stop_at=10**12)
+    assert 3_000_000 <= used < 3_100_000, used
+    assert disk_use([home], stop_at=1000) < used  # stops counting past the cap
+    deep = tmp_path / "deep"
+    os.makedirs(deep / "/".join(["d"] * (MAX_DEPTH + 5)))
+    assert disk_use([deep], stop_at=10**9) == 10**9 + 1, "a deep tree hides what it holds"

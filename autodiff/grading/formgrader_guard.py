@@ -116,17 +116,26 @@ def _jupyter_server_extension_points():
 
 
 def _load_jupyter_server_extension(serverapp) -> None:
-    """Wrap the Formgrader's exporter once every extension is loaded (nbgrader's own
-    may load after this one)."""
-    settings = serverapp.web_app.settings
+    """Wrap the Formgrader's exporter: now, if nbgrader's extension is loaded, else as
+    soon as it sets its exporter up (extensions load in an order of the server's)."""
+    from nbgrader.server_extensions.formgrader.formgrader import FormgradeExtension
 
-    def guard():
-        exporter = settings.get("nbgrader_exporter")
-        if exporter is not None and not isinstance(exporter, GuardedExporter):
-            settings["nbgrader_exporter"] = GuardedExporter(exporter)
-            serverapp.log.info("Formgrader pages carry a Content-Security-Policy")
+    if _guard(serverapp.web_app.settings, serverapp.log):
+        return
+    set_up = FormgradeExtension.init_tornado_settings
 
-    guard()
-    from tornado.ioloop import IOLoop
+    def init_tornado_settings(self, webapp):
+        set_up(self, webapp)
+        _guard(webapp.settings, serverapp.log)
 
-    IOLoop.current().add_callback(guard)
+    FormgradeExtension.init_tornado_settings = init_tornado_settings
+
+
+def _guard(settings: dict, log) -> bool:
+    exporter = settings.get("nbgrader_exporter")
+    if exporter is None:
+        return False
+    if not isinstance(exporter, GuardedExporter):
+        settings["nbgrader_exporter"] = GuardedExporter(exporter)
+        log.info("Formgrader pages carry a Content-Security-Policy")
+    return True

@@ -16,11 +16,14 @@
   (memory its cgroup pays for, gone when the server stops) and a ``/proc`` that shows
   only the student's own processes;
 * when it stops, every process of the student's ends with it, those started with
-  ``nohup`` or ``setsid`` too.
+  ``nohup`` or ``setsid`` too;
+* the student's files (home, submissions in the exchange) have a size limit: a server
+  whose student passes it is stopped, and does not start again until there is room.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import errno
 import os
@@ -79,6 +82,52 @@ def _mount(libc, source: str, target: str, kind: str | None, flags: int, data: s
         raise OSError(code, f"mount {kind or ''} on {target}: {os.strerror(code)}")
 
 
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+MAX_DEPTH = 256  # folders deeper than this are counted as over any limit
+
+
+def disk_use(folders: list[Path], stop_at: int) -> int:
+    """Bytes on disk of everything under ``folders``, counted until ``stop_at`` is
+    passed. Each folder is opened relative to its parent's descriptor, links not
+    followed, so neither a link nor a path too long to name hides anything; a tree
+    deeper than ``MAX_DEPTH`` counts as ``stop_at + 1`` (no student needs one)."""
+    used = 0
+    for top in folders:
+        try:
+            stack = [(os.open(top, _FOLDER), None)]
+        except OSError:  # gone, or not a folder
+            continue
+        try:
+            while stack and used <= stop_at:
+                if len(stack) > MAX_DEPTH:
+                    return stop_at + 1
+                used += _next_entry(stack)
+        finally:
+            for descriptor, _ in stack:
+                os.close(descriptor)
+    return used
+
+
+def _next_entry(stack: list) -> int:
+    """One step of the walk: the bytes of the next entry of the deepest open folder
+    (a folder is entered), or 0 when that folder is done (and closed)."""
+    descriptor, entries = stack[-1]
+    if entries is None:
+        entries = iter(list(os.scandir(descriptor)))
+        stack[-1] = (descriptor, entries)
+    entry = next(entries, None)
+    if entry is None:
+        os.close(stack.pop()[0])
+        return 0
+    try:
+        info = entry.stat(follow_symlinks=False)
+        if entry.is_dir(follow_symlinks=False):
+            stack.append((os.open(entry.name, _FOLDER, dir_fd=descriptor), None))
+    except OSError:  # removed meanwhile
+        return 0
+    return info.st_blocks * 512
+
+
 class CourseSpawner(LocalProcessSpawner):
     """A student's server: own account, own home with the kit, capped memory and CPU."""
 
@@ -89,6 +138,10 @@ class CourseSpawner(LocalProcessSpawner):
     processes = Integer(256, help="processes a student's server may run").tag(config=True)
     tmp_mb = Integer(512, help="size of the server's own /tmp (memory), MB").tag(config=True)
     shm_mb = Integer(64, help="size of the server's own /dev/shm (memory), MB").tag(config=True)
+    disk_mb = Integer(2048, help="the student's files: home and exchange, MB (0: no limit)").tag(
+        config=True
+    )
+    exchange = Unicode(help="the course's folder in the exchange").tag(config=True)
     _cgroup: Cgroup | None = None  # made by start, entered by the server, gone at stop
 
     @property
@@ -123,6 +176,9 @@ class CourseSpawner(LocalProcessSpawner):
 
     async def start(self):
         home = self._make_account()
+        problem = await asyncio.to_thread(self._over_disk_limit)
+        if problem:
+            raise RuntimeError(f"{problem}; ask the course team to make room")
         kit = home / Path(self.kit).name if self.kit else home
         self.notebook_dir = str(kit)  # where the kit's nbgrader_config.py is read
         # the kit's (no Formgrader) and the hub's (kernels on Unix sockets, the terminal)
@@ -137,6 +193,38 @@ class CourseSpawner(LocalProcessSpawner):
         limits = Limits(memory_mb=memory_mb, processes=self.processes, cores=cores)
         self._cgroup = Cgroup.make(limits, name=self._cgroup_name)
         return await super().start()
+
+    async def poll(self):
+        """Running, or its exit status; a server whose student's files passed the
+        limit is ended here (the hub polls every ``poll_interval``, 30 s)."""
+        status = await super().poll()
+        if status is not None or not self.disk_mb:
+            return status
+        problem = await asyncio.to_thread(self._over_disk_limit)
+        if not problem:
+            return None
+        self.log.warning("stopping %s's server: %s", self.user.name, problem)
+        (self._cgroup or Cgroup.existing(self._cgroup_name)).kill()
+        subprocess.run(["pkill", "-KILL", "-u", self.account], capture_output=True)
+        return 1
+
+    def _over_disk_limit(self) -> str:
+        """What the student's files take past the limit, or ""."""
+        if not self.disk_mb:
+            return ""
+        limit = self.disk_mb * 2**20
+        folders = [Path(self.homes) / self.user.name]
+        inbound = Path(self.exchange) / "inbound" if self.exchange else None
+        if inbound is not None and inbound.is_dir():
+            uid = pwd.getpwnam(self.account).pw_uid
+            folders += [entry for entry in inbound.iterdir() if entry.lstat().st_uid == uid]
+        used = disk_use(folders, stop_at=limit + 1)
+        if used <= limit:
+            return ""
+        return (
+            f"{self.user.name}'s files take more than {self.disk_mb} MB"
+            f" (home and submissions), the limit of each student"
+        )
 
     async def stop(self, now=False):
         await super().stop(now=now)

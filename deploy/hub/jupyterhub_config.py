@@ -13,6 +13,7 @@ the environment, which the Makefile passes on:
     HUB_CPU_LIMIT    CPU cores of each student's server (default 1; 0.5 is half a core)
     HUB_ACCOUNT_PREFIX  system accounts are this + the hub name (default jupyter-)
     HUB_GRADER       the account that grades and runs the Formgrader (autodiff-grader)
+    HUB_DISK_MB      what each student's files may take, home and submissions (2048)
 
 Secrets (the cookie secret, the proxy's token) are made at the first start in the state
 folder's private/ (0700, root's), with the database and the passwords, never committed.
@@ -107,6 +108,11 @@ c.CourseSpawner.account_prefix = os.environ.get("HUB_ACCOUNT_PREFIX", "jupyter-"
 # Collecting checks that alice's submission was made by alice's account (a student can
 # tell nbgrader another id, not another account): the exchange says how they are named.
 hub_setup.write_accounts(EXCHANGE, c.CourseSpawner.account_prefix)
+# Each student's files (home, submissions) may take HUB_DISK_MB (0: no limit); checked
+# at every poll of a running server (Spawner.poll_interval, HUB_POLL_SECONDS).
+c.CourseSpawner.disk_mb = int(os.environ.get("HUB_DISK_MB", "2048"))
+c.CourseSpawner.exchange = str(EXCHANGE / "autodiff")
+c.Spawner.poll_interval = int(os.environ.get("HUB_POLL_SECONDS", "30"))
 c.CourseSpawner.settings = str(STUDENT_SETTINGS)
 c.CourseSpawner.kit = str(COURSE / "dist" / "autodiff-student-kit")  # make student-kit
 c.Spawner.cmd = [str(STATE / "venv/bin/jupyterhub-singleuser")]  # the students' venv
