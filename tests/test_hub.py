@@ -827,12 +827,45 @@ def test_a_students_kernels_tmp_and_processes_are_her_own(hub, browser):
     detached = subprocess.run(["pgrep", "-u", account.pw_name, "sleep"], capture_output=True)
     assert detached.returncode == 0, "the detached sleep did not start"
     api.call("DELETE", "/hub/api/users/carol/server")
-    deadline = time.monotonic() + 60
-    alive = ["pgrep", "-u", account.pw_name, "--runstates", "D,R,S,T"]
+    no_process_left(account.pw_name, 60)
+
+
+def no_process_left(account: str, seconds: float) -> None:
+    """Wait until no process of ``account`` runs (zombies, ended but not yet reaped by
+    their parent, do not count); fail with those left after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    alive = ["pgrep", "-u", account, "--runstates", "D,R,S,T"]
     while subprocess.run(alive, capture_output=True).returncode == 0:
-        left = subprocess.run(["ps", "-u", account.pw_name, "-o", "pid,args"], capture_output=True)
+        left = subprocess.run(["ps", "-u", account, "-o", "pid,stat,args"], capture_output=True)
         assert time.monotonic() < deadline, f"left running: {left.stdout.decode()}"
         time.sleep(0.5)
+
+
+def test_the_terminal_has_the_classs_environment_on_path(hub, browser):
+    """In a JupyterLab terminal of alice's, ``nbgrader`` (and the kit's Python) are the
+    class's environment's, as in her notebooks: the terminal does not start a login
+    shell, whose profile would put the machine's PATH back."""
+    import websocket
+
+    api = HubAPI(hub.url, admin_token(browser, hub.url))
+    token = running_server(api, "alice")
+    terminal = api.call("POST", "/user/alice/api/terminals", {}, token)
+    address = f"ws://127.0.0.1:{hub.port}/user/alice/terminals/websocket/{terminal['name']}"
+    connection = websocket.create_connection(
+        address, header=[f"Authorization: token {token}"], timeout=60
+    )
+    try:
+        connection.send(json.dumps(["stdin", "echo found=$(command -v nbgrader)=\r"]))
+        shown, deadline = "", time.monotonic() + 60
+        while "found=/" not in shown and "found==" not in shown:
+            assert time.monotonic() < deadline, f"the terminal showed: {shown[-2000:]}"
+            kind, *content = json.loads(connection.recv())
+            if kind == "stdout":
+                shown += content[0]
+    finally:
+        connection.close()
+    expected = f"found={hub.course / 'hub' / 'venv' / 'bin' / 'nbgrader'}="
+    assert expected in shown, f"the terminal's nbgrader: {shown[-500:]}"
 
 
 def test_a_student_past_the_disk_limit_is_stopped_and_told_why(hub, browser):
@@ -849,7 +882,7 @@ def test_a_student_past_the_disk_limit_is_stopped_and_told_why(hub, browser):
     while api.call("GET", "/hub/api/users/load03")["servers"]:
         assert time.monotonic() < deadline, "load03's server still runs past the limit"
         time.sleep(1)
-    assert subprocess.run(["pgrep", "-u", account], capture_output=True).returncode == 1
+    no_process_left(account, 60)
     page = log_in(browser, hub.url, "load03", password("load03"))
     page.get_by_text("take more than 64 MB").first.wait_for(timeout=60_000)
     shot(page, "load03-over-disk-limit")

@@ -24,7 +24,7 @@ import nbformat
 class _Scripts(HTMLParser):
     """The inline scripts, event handlers and script addresses of a page."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(convert_charrefs=False)
         self.inline: list[str] = []
         self.handlers: list[str] = []
