@@ -33,6 +33,7 @@ import subprocess
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
+from tornado import web
 from traitlets import Integer, Unicode
 
 from .sandbox import Cgroup, Limits
@@ -178,7 +179,10 @@ class CourseSpawner(LocalProcessSpawner):
         home = self._make_account()
         problem = await asyncio.to_thread(self._over_disk_limit)
         if problem:
-            raise RuntimeError(f"{problem}; ask the course team to make room")
+            text = f"{problem}; ask the course team to make room"
+            refused = web.HTTPError(403, text)  # the hub passes these on to the student
+            refused.jupyterhub_message = text  # shown as it is
+            raise refused
         kit = home / Path(self.kit).name if self.kit else home
         self.notebook_dir = str(kit)  # where the kit's nbgrader_config.py is read
         # the kit's (no Formgrader) and the hub's (kernels on Unix sockets, the terminal)
