@@ -221,6 +221,16 @@ def test_a_submission_is_dated_by_its_last_change_not_by_its_name(course):
     assert parse_utc(stamped) == changed  # as nbgrader's late penalty reads it
 
 
+def test_the_names_leeway_does_not_reach_across_the_due_date(course):
+    """A folder named a minute back, within the leeway a name's time has, but made
+    after the due date, which lies in that minute: late."""
+    made = datetime.now(UTC)
+    set_due_date(course, made - timedelta(seconds=30))
+    hand_in(course, "quinn", nbgrader_time(made - timedelta(seconds=60)))
+    line = line_of(course.ok("collect", A2), "quinn")
+    assert "late by" in line and "before the due date, but it was last changed" in line, line
+
+
 def test_the_latest_submission_is_the_last_made_not_the_last_named(course):
     first = hand_in(course, "paul", nbgrader_time(datetime.now(UTC) + timedelta(days=1)))
     time.sleep(0.01)

@@ -145,14 +145,63 @@ def test_a_wrong_password_or_an_unknown_name_is_refused(auth, issued):
 # --- failed logins, limited -------------------------------------------------------------
 
 
-def test_past_the_account_limit_the_right_password_waits_unchecked(auth, issued, bcrypt_calls):
-    for n in range(5):  # each from an address of its own: the account's limit alone
-        login(auth, "alice", f"guess-{n}", client=f"198.51.100.{n}")
+def test_past_the_limit_from_one_address_the_right_password_waits_unchecked(
+    auth, issued, bcrypt_calls
+):
+    """Five wrong passwords for alice from one address lock alice there (unchecked:
+    no bcrypt while locked); alice herself, elsewhere, still gets in: a classmate
+    cannot lock her out."""
+    for n in range(5):
+        login(auth, "alice", f"guess-{n}", client="198.51.100.7")
     assert len(bcrypt_calls) == 5, f"bcrypt checked {len(bcrypt_calls)} guesses, expected 5"
-    user, error = login(auth, "alice", issued["alice"], client="198.51.100.99")
+    user, error = login(auth, "alice", issued["alice"], client="198.51.100.7")
     assert user is None, f"the right password got in past the limit: {user!r}"
     assert "try again in 60 seconds" in error, f"the page said {error!r}, not the wait"
     assert len(bcrypt_calls) == 5, f"bcrypt ran while locked: {len(bcrypt_calls)} calls, not 5"
+    user, error = login(auth, "alice", issued["alice"], client="203.0.113.99")
+    assert user == "alice", f"alice, from her own address, was locked out: {error!r}"
+
+
+def test_guesses_from_many_addresses_lock_the_account_for_everyone(auth, issued):
+    """Fifty wrong passwords for alice from fifty addresses (each under its own
+    limits): alice is locked from anywhere, so spreading guesses does not help."""
+    for n in range(50):
+        login(auth, "alice", f"guess-{n}", client=f"198.51.{n // 200}.{n % 200 + 1}")
+    user, error = login(auth, "alice", issued["alice"], client="203.0.113.99")
+    assert user is None and "try again in" in error, f"got {user!r}, {error!r}"
+
+
+def test_a_local_account_is_known_by_its_account_not_its_headers(auth, issued, monkeypatch):
+    """A student's process on the hub's machine reaching the hub without the proxy,
+    writing any X-Forwarded-For: her tries count against her account, so forging
+    addresses does not escape the per-address limit; the proxy's (the hub's own
+    account's) connections are judged by the address it appended."""
+    monkeypatch.setattr(hub_auth, "_local_owner", lambda request: 12345)
+    for n in range(20):
+        login(auth, f"s0{n % 10}", f"guess-{n}", client=f"10.0.{n}.1")
+    user, error = login(auth, "alice", issued["alice"], client="10.0.99.1")
+    assert user is None and "network address" in error, f"got {user!r}, {error!r}"
+    page = login_page(client="10.0.99.1")
+    assert client_address(page.request) == "account 12345 of this machine"
+    monkeypatch.setattr(hub_auth, "_local_owner", lambda request: os.getuid())
+    assert client_address(page.request) == "10.0.99.1"
+
+
+def test_the_local_owner_of_a_real_connection_is_found():
+    """``/proc/net/tcp`` names the account of a loopback connection's other end."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    client = socket.create_connection(server.getsockname())
+    try:
+        peer = SimpleNamespace(address=client.getsockname())
+        request = SimpleNamespace(connection=SimpleNamespace(context=peer))
+        assert hub_auth._local_owner(request) == os.getuid()
+    finally:
+        client.close()
+        server.close()
 
 
 def test_a_successful_login_clears_the_accounts_failures(auth, issued):
@@ -235,18 +284,27 @@ def test_addresses_from_elsewhere_and_ipv6():
     )
 
 
-def test_many_guesses_at_once_get_no_more_checks(auth, issued, bcrypt_calls):
+@pytest.mark.parametrize("addresses, checked", [(1, 5), (100, 50)])
+def test_many_guesses_at_once_get_no_more_checks(auth, issued, bcrypt_calls, addresses, checked):
+    """100 guesses sent at once: from one address, no more are checked than the
+    account's limit there (5); from a hundred, no more than its limit overall (50)."""
+
     async def flood():
-        pages = [login_page(client=f"198.51.100.{n}") for n in range(50)]
-        tries = [{"username": "alice", "password": f"guess-{n}"} for n in range(50)]
+        pages = [login_page(client=f"198.51.100.{n % addresses + 1}") for n in range(100)]
+        tries = [{"username": "alice", "password": f"guess-{n}"} for n in range(100)]
         return await asyncio.gather(*map(auth.authenticate, pages, tries))
 
     users = asyncio.run(flood())
-    assert users == [None] * 50, f"a guess got in: {set(users)}"
-    assert len(bcrypt_calls) <= 5, f"50 guesses at once had {len(bcrypt_calls)} checked, not 5"
+    assert users == [None] * 100, f"a guess got in: {set(users)}"
+    assert len(bcrypt_calls) <= checked, (
+        f"100 guesses at once from {addresses} addresses had {len(bcrypt_calls)} checked,"
+        f" not {checked}"
+    )
 
 
-def test_counts_stay_bounded_under_random_names_and_addresses(paths):
+def test_counts_stay_bounded_under_random_names_and_addresses(paths, monkeypatch):
+    # the proxy's connections, as login_page makes them: not looked up 100,000 times
+    monkeypatch.setattr(hub_auth, "_local_owner", lambda request: None)
     random_names = [f"x{random.getrandbits(64):x}" for _ in range(100_000)]
     roster = set(random_names)  # names the hub knows: each has failures worth counting
     auth = CourseAuthenticator(dbm_path=paths.dbm, allowed_users=roster, max_tracked=1000)
@@ -258,11 +316,12 @@ def test_counts_stay_bounded_under_random_names_and_addresses(paths):
             await auth.authenticate(login_page(client=client), data)
 
     asyncio.run(flood())
-    accounts, addresses = len(auth._accounts), len(auth._addresses)  # what it remembers
-    assert accounts <= 1000 and addresses <= 1000, (
-        f"after 100,000 random tries it holds {accounts} accounts and {addresses} addresses; "
-        "expected at most 1000 each"
-    )
+    held = {  # what it remembers
+        "accounts": len(auth._accounts),
+        "addresses": len(auth._addresses),
+        "accounts at addresses": len(auth._pairs),
+    }
+    assert max(held.values()) <= 1000, f"after 100,000 random tries it holds {held}"
 
 
 # --- bcrypt off the event loop ----------------------------------------------------------

@@ -122,28 +122,47 @@ def test_the_accounts_file_is_written_whatever_a_student_left_there(place, accou
 
 
 def test_the_course_is_the_grading_accounts_data_and_roots_code(place, accounts):
-    """The grading account gets the grading data, not the code root runs: it can write
-    the gradebook's folder but cannot replace ``autodiff/`` (sticky course folder);
-    students reach none of it."""
+    """The grading account gets the grading data (the gradebook moves into
+    ``grading/``), not the code root runs: it can neither replace ``autodiff/`` nor add
+    a module beside it (root imports from the course folder); students reach none of
+    it."""
     student, grader = accounts["student"], accounts["grader"]
     course, state = place / "course", place / "course" / "hub"
     for folder in ("autodiff", "solutions/a1", "submitted/alice/a1", "hub"):
         (course / folder).mkdir(parents=True)
     (course / "autodiff" / "__init__.py").write_text("")
     (course / "solutions" / "a1" / "a1.ipynb").write_text("{}")
-    (course / "gradebook.db").write_text("")
-    place.chmod(0o755)
+    (course / "gradebook.db").write_text("grades")
     hub_setup.hand_course_to(course, state, grader)
-    for data in ("solutions/a1/a1.ipynb", "submitted/alice/a1", "gradebook.db", "feedback"):
+    gradebook = course / hub_setup.GRADEBOOK
+    assert gradebook.read_text() == "grades" and not (course / "gradebook.db").exists()
+    for data in ("solutions/a1/a1.ipynb", "submitted/alice/a1", hub_setup.GRADEBOOK):
         assert (course / data).lstat().st_uid == grader.pw_uid, data
     assert (course / "autodiff").lstat().st_uid == 0
-    as_grader = [f"cd {course}", "touch gradebook.db-journal", "mv autodiff moved"]
-    attempt = as_student(grader, "sh", "-c", " && ".join(as_grader))
-    assert (course / "gradebook.db-journal").exists(), attempt.stderr
+    for attempt in ("mv autodiff moved", "touch bcrypt.py", "touch grading/gradebook.db-journal"):
+        as_student(grader, "sh", "-c", f"cd {course} && {attempt}")
     assert (course / "autodiff").is_dir(), "the grading account replaced root's code"
-    for path in ("solutions/a1/a1.ipynb", "submitted", "gradebook.db", "autodiff/__init__.py"):
+    assert not (course / "bcrypt.py").exists(), "the grading account added a module root imports"
+    assert (course / "grading" / "gradebook.db-journal").exists(), "the gradebook cannot write"
+    for path in ("solutions/a1/a1.ipynb", "submitted", "grading", "autodiff/__init__.py"):
         shown = as_student(student, "cat" if "." in path else "ls", str(course / path))
         assert shown.returncode != 0, f"a student reads {path}"
+
+
+def test_a_tree_the_grading_account_owns_is_not_walked_by_root(place, accounts):
+    """At a later start, root leaves alone what the grading account owns: a link it
+    put in ``solutions/`` is not followed, and nothing outside changes owner."""
+    grader = accounts["grader"]
+    course, state = place / "course", place / "course" / "hub"
+    (course / "solutions").mkdir(parents=True)
+    state.mkdir()
+    hub_setup.hand_course_to(course, state, grader)
+    outside = place / "roots-file"
+    outside.write_text("root's")
+    planted = as_student(grader, "ln", "-s", str(outside), str(course / "solutions" / "x"))
+    assert planted.returncode == 0, planted.stderr
+    hub_setup.hand_course_to(course, state, grader)
+    assert outside.lstat().st_uid == 0, "root gave away a file through a link"
 
 
 def test_folders_the_grading_account_makes_are_private_from_the_start(place, accounts):
@@ -283,6 +302,14 @@ def test_disk_use_counts_what_is_on_disk_without_following_links(tmp_path):
     used = disk_use([home], stop_at=10**12)
     assert 3_000_000 <= used < 3_100_000, used
     assert disk_use([home], stop_at=1000) < used  # stops counting past the cap
+    single = tmp_path / "left-in-the-exchange.bin"  # a file, not a folder, of hers
+    single.write_bytes(b"y" * 200_000)
+    assert disk_use([single], stop_at=10**12) >= 200_000
+    empties = tmp_path / "inodes"
+    empties.mkdir()
+    for number in range(100):  # no blocks, but an inode each
+        (empties / str(number)).touch()
+    assert disk_use([empties], stop_at=10**12) >= 100 * 4096
     deep = tmp_path / "deep"
     os.makedirs(deep / "/".join(["d"] * (MAX_DEPTH + 5)))
     assert disk_use([deep], stop_at=10**9) == 10**9 + 1, "a deep tree hides what it holds"

@@ -76,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (root / "nbgrader_config.py").exists():
         raise SystemExit("error: run this from the course root (where nbgrader_config.py is)")
-    if args.command != "kit":  # the kit is root's, made by make hub before it starts
-        _not_as_root_on_a_hub(root, args.command)
+    _not_as_root_on_a_hub(root, args.command)
     if args.command == "release":
         release(root)
     elif args.command == "collect":
@@ -134,8 +133,8 @@ def validate(notebook: Path, sandbox: str) -> int:
 
 def _not_as_root_on_a_hub(root: Path, command: str) -> None:
     """On a course ``make hub`` serves, grading is the grading account's: as root it
-    would run the grading account's files (nbgrader reads and runs what the Formgrader
-    can write) and leave files that account cannot change."""
+    would read and copy what that account can write (a link in ``solutions/`` would
+    put a file of root's into the kit) and leave files that account cannot change."""
     import os
 
     from .exchange import owner
@@ -147,8 +146,8 @@ def _not_as_root_on_a_hub(root: Path, command: str) -> None:
     raise SystemExit(
         f"error: this course is graded by the account {account} (make hub set it up): "
         f"grade from the Formgrader, or as that account with the hub's grading environment:"
-        f" sudo -u {account} env PYTHONPATH=$PWD hub/grading-venv/bin/python -m"
-        f" autodiff.grading {command} ..."
+        f" sudo -u {account} env PYTHONPATH=$PWD NBGRADER_DB_URL=sqlite:///$PWD/grading/"
+        f"gradebook.db hub/grading-venv/bin/python -m autodiff.grading {command} ..."
     )
 
 

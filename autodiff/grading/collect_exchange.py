@@ -218,6 +218,19 @@ def _date(entry: Submission, changed_ns: int) -> None:
     entry.time, entry.time_text = changed, changed.strftime(TIME_FORMAT)
 
 
+def _not_across_the_due_date(entry: Submission, due: datetime) -> None:
+    """The name's time is kept within ``NAME_TOLERANCE`` of the last change, but not
+    across the due date: a name before it on a submission changed after it would be
+    minutes the student gave herself."""
+    changed = datetime.fromtimestamp(entry.changed_ns / 1e9, UTC).replace(tzinfo=None)
+    if entry.time is not None and entry.time <= due < changed:
+        entry.notes.append(
+            f"its name says {entry.time:%Y-%m-%d %H:%M:%S} UTC, before the due date, but it "
+            f"was last changed at {changed:%Y-%m-%d %H:%M:%S} UTC: dated by its last change"
+        )
+        entry.time, entry.time_text = changed, changed.strftime(TIME_FORMAT)
+
+
 def _parse_time(text: str) -> datetime | None:
     """nbgrader's time (``2026-11-24 22:41:58.957278 UTC``) as a UTC datetime."""
     from nbgrader.utils import parse_utc
@@ -263,6 +276,8 @@ def _take(root: Path, assignment: str, latest: list[Submission], run: str) -> No
             entry.status = "already collected"
             entry.reason = _join("nothing newer to collect", entry.reason)
             continue
+        if due is not None:
+            _not_across_the_due_date(entry, due)
         problem = _copy(entry, target)
         if problem:
             entry.refuse(problem)

@@ -29,6 +29,7 @@ import errno
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -38,7 +39,9 @@ from traitlets import Integer, Unicode
 
 from .sandbox import Cgroup, Limits
 
-_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
+NO_LOGIN = "/usr/sbin/nologin"
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: not in a child forked from threads
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 0x4000, 0x40000
 
 
@@ -59,8 +62,8 @@ def private_mounts(tmp_mb: int, shm_mb: int) -> None:
     sizes, whose pages the student's cgroup pays for) and a ``/proc`` where the
     student sees only their own processes. All of it goes when the last process of the
     server ends."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(_CLONE_NEWNS) != 0:
+    libc = _LIBC
+    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC) != 0:  # IPC: System V shared memory
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS): the hub needs root")
     _mount(libc, "none", "/", None, _MS_REC | _MS_PRIVATE)  # nothing leaks back out
     for folder, megabytes in (("/tmp", tmp_mb), ("/dev/shm", shm_mb)):
@@ -95,8 +98,12 @@ def disk_use(folders: list[Path], stop_at: int) -> int:
     used = 0
     for top in folders:
         try:
+            info = top.lstat()
+            if not stat.S_ISDIR(info.st_mode):  # a file (or a link) of hers
+                used += _on_disk(info)
+                continue
             stack = [(os.open(top, _FOLDER), None)]
-        except OSError:  # gone, or not a folder
+        except OSError:  # gone meanwhile
             continue
         try:
             while stack and used <= stop_at:
@@ -126,7 +133,29 @@ def _next_entry(stack: list) -> int:
             stack.append((os.open(entry.name, _FOLDER, dir_fd=descriptor), None))
     except OSError:  # removed meanwhile
         return 0
-    return info.st_blocks * 512
+    return _on_disk(info)
+
+
+def _owned_by(folder: Path, uid: int) -> list[Path]:
+    """The entries of ``folder`` that ``uid`` owns (those removed meanwhile left out)."""
+    found = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            if entry.stat(follow_symlinks=False).st_uid == uid:
+                found.append(Path(entry.path))
+        except OSError:
+            continue
+    return found
+
+
+def _on_disk(info: os.stat_result) -> int:
+    """What an entry takes: its blocks, and at least one block for its inode (a
+    million empty files fill a disk's inodes)."""
+    return max(info.st_blocks * 512, 4096)
 
 
 class CourseSpawner(LocalProcessSpawner):
@@ -143,6 +172,7 @@ class CourseSpawner(LocalProcessSpawner):
         config=True
     )
     exchange = Unicode(help="the course's folder in the exchange").tag(config=True)
+    group = Unicode(help="a group of every student's account (for sshd, cron)").tag(config=True)
     _cgroup: Cgroup | None = None  # made by start, entered by the server, gone at stop
 
     @property
@@ -172,7 +202,7 @@ class CourseSpawner(LocalProcessSpawner):
 
     def user_env(self, env):
         account = pwd.getpwnam(self.account)
-        env.update(USER=self.account, HOME=account.pw_dir, SHELL=account.pw_shell)
+        env.update(USER=self.account, HOME=account.pw_dir, SHELL="/bin/bash")
         return env
 
     async def start(self):
@@ -218,10 +248,10 @@ class CourseSpawner(LocalProcessSpawner):
             return ""
         limit = self.disk_mb * 2**20
         folders = [Path(self.homes) / self.user.name]
-        inbound = Path(self.exchange) / "inbound" if self.exchange else None
-        if inbound is not None and inbound.is_dir():
+        if self.exchange:  # hers in inbound, and in the exchange's root, where all may write
             uid = pwd.getpwnam(self.account).pw_uid
-            folders += [entry for entry in inbound.iterdir() if entry.lstat().st_uid == uid]
+            for place in (Path(self.exchange) / "inbound", Path(self.exchange).parent):
+                folders += _owned_by(place, uid)
         used = disk_use(folders, stop_at=limit + 1)
         if used <= limit:
             return ""
@@ -249,15 +279,22 @@ class CourseSpawner(LocalProcessSpawner):
         homes.mkdir(parents=True, exist_ok=True)
         homes.chmod(0o711)  # each student passes through to their own, lists none
         home = homes / self.user.name
+        # No login shell: the account is for the hub's server alone (no ssh session,
+        # which would run outside its cgroup); the group lets sshd and cron refuse it.
+        groups = ["--groups", self.group] if self.group else []
         try:
             pwd.getpwnam(self.account)
         except KeyError:
             subprocess.run(
                 ["useradd", "--no-create-home", "--home-dir", str(home), "--shell",
-                 "/bin/bash", "--user-group", self.account],
+                 NO_LOGIN, "--user-group", *groups, self.account],
                 check=True, capture_output=True,
             )  # fmt: skip
         account = pwd.getpwnam(self.account)
+        if account.pw_shell != NO_LOGIN:  # made by an earlier hub
+            append = [*groups, "--append"] if groups else []
+            subprocess.run(["usermod", "--shell", NO_LOGIN, *append, self.account],
+                           check=True, capture_output=True)  # fmt: skip
         if not home.exists():
             home.mkdir(parents=True)
             if self.kit:  # links stay links: the student reads through them as themselves

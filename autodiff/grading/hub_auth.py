@@ -169,28 +169,64 @@ class Throttle:
         return tries.checking == 0 and now - max(tries.since, tries.locked_until) > self.window
 
 
-def client_address(request: Any) -> str:
+def client_address(request: Any, proxies: frozenset[int] | None = None, hops: int = 1) -> str:
     """Where a login came from, as far as the hub can tell: the key of the per-address limit.
 
     The hub sits behind configurable-http-proxy on the same machine, so its peer is
-    127.0.0.1 and the client is the last entry of X-Forwarded-For: the proxy appends the
-    address it was reached from there; the entries before it are the client's own words.
+    127.0.0.1 and the client is the ``hops``-th entry from the end of X-Forwarded-For:
+    each proxy (configurable-http-proxy, and a TLS proxy before it: ``hops=2``) appends
+    the address it was reached from; the entries before are the client's own words.
     Tornado's ``request.remote_ip`` is no help: with ``xheaders`` (as JupyterHub runs it)
-    it takes a client's X-Real-Ip header, which anyone can write. A process on this
-    machine (a student's own server among them) can reach the hub without the proxy and
-    write any X-Forwarded-For: the per-account limit holds for it all the same.
+    it takes a client's X-Real-Ip header, which anyone can write. A process of another
+    account on this machine (a student's own server) that reaches the hub without the
+    proxy is known by its account (``/proc/net/tcp`` says whose the connection is), not
+    by the X-Forwarded-For it wrote; ``proxies`` are the accounts whose connections are
+    proxies (the hub's own, which runs configurable-http-proxy).
 
     IPv6 addresses count by their /64 network, which one home or phone is given whole.
     """
     peer = _ip(_peer_address(request))
-    forwarded = _ip(request.headers.get("X-Forwarded-For", "").split(",")[-1])
-    if peer is not None and peer.is_loopback and forwarded is not None:
-        peer = forwarded
+    if peer is not None and peer.is_loopback:
+        owner = _local_owner(request)
+        if owner is not None and owner not in (proxies or {os.getuid()}):
+            return f"account {owner} of this machine"
+        entries = request.headers.get("X-Forwarded-For", "").split(",")
+        forwarded = _ip(entries[-hops]) if len(entries) >= hops else None
+        if forwarded is not None:
+            peer = forwarded
     if peer is None:
         return "unknown"
     if peer.version == 6:
         return str(ipaddress.ip_network(f"{peer}/64", strict=False))
     return str(peer)
+
+
+def _local_owner(request: Any) -> int | None:
+    """The account whose socket a loopback connection comes from (``/proc/net/tcp``),
+    or None where it cannot be found (gone, or not a TCP connection)."""
+    address = getattr(getattr(request.connection, "context", None), "address", None)
+    if not (isinstance(address, tuple) and len(address) >= 2):
+        return None
+    ip = _ip(str(address[0]))
+    if ip is None:
+        return None
+    packed = ip.packed
+    words = [packed[n : n + 4][::-1].hex().upper() for n in range(0, len(packed), 4)]
+    wanted = f"{''.join(words)}:{int(address[1]):04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 7 and fields[1] == wanted:
+                return int(fields[7])
+    return None
+
+
+def _pair(account: str, address: str) -> str:
+    return f"{account}\n{address}"
 
 
 def _peer_address(request: Any) -> str:
@@ -258,7 +294,15 @@ class CourseAuthenticator(FirstUseAuthenticator):
     """
 
     failures_per_account = Integer(
-        5, help="Failed logins to one account, within failure_window, that lock it."
+        5,
+        help="Failed logins to one account from one address, within failure_window, that "
+        "lock that account for that address (a classmate elsewhere cannot lock it).",
+    ).tag(config=True)
+    failures_per_account_overall = Integer(
+        50, help="Failed logins to one account from anywhere that lock it for everyone."
+    ).tag(config=True)
+    proxy_hops = Integer(
+        1, help="Proxies before the hub that append to X-Forwarded-For (2 behind a TLS proxy)."
     ).tag(config=True)
     failures_per_address = Integer(
         20, help="Failed logins from one client address, within failure_window, that lock it."
@@ -286,7 +330,8 @@ class CourseAuthenticator(FirstUseAuthenticator):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._accounts = self._throttle(self.failures_per_account)
+        self._pairs = self._throttle(self.failures_per_account)  # (account, address)
+        self._accounts = self._throttle(self.failures_per_account_overall)
         self._addresses = self._throttle(self.failures_per_address)
         self._hashing = ThreadPoolExecutor(self.hashing_threads, thread_name_prefix="bcrypt")
 
@@ -299,7 +344,7 @@ class CourseAuthenticator(FirstUseAuthenticator):
         ``handler.custom_login_error`` set when there is more to tell the student than
         JupyterHub's "Invalid username or password"."""
         name = self.normalize_username(data["username"])
-        address = client_address(handler.request)
+        address = client_address(handler.request, hops=self.proxy_hops)
         now = self.clock()
         wait = self._addresses.admit(address, now)
         if wait:
@@ -307,11 +352,15 @@ class CourseAuthenticator(FirstUseAuthenticator):
             return None
         account = name if self._on_roster(name) else None
         if account is not None:
-            wait = self._accounts.admit(account, now)
-            if wait:
-                self._addresses.settle(address, now, failed=False)  # nothing was checked
-                self._refuse(handler, name, address, wait, f"to {name}")
-                return None
+            for throttle, key in (
+                (self._pairs, _pair(account, address)),
+                (self._accounts, account),
+            ):
+                wait = throttle.admit(key, now)
+                if wait:
+                    self._release(account, address, throttle, now)  # nothing was checked
+                    self._refuse(handler, name, address, wait, f"to {name}")
+                    return None
         verdict = None
         try:
             verdict = await self._check(account, data["password"])
@@ -340,9 +389,16 @@ class CourseAuthenticator(FirstUseAuthenticator):
         now = self.clock()
         self._addresses.settle(address, now, failed=verdict in (WRONG, UNCLAIMED))
         if account is not None:
+            self._pairs.settle(_pair(account, address), now, failed=verdict == WRONG)
             self._accounts.settle(account, now, failed=verdict == WRONG)
             if verdict == RIGHT:
-                self._accounts.forget(account)
+                self._pairs.forget(_pair(account, address))
+
+    def _release(self, account: str, address: str, refused_by: Throttle, now: float) -> None:
+        """Settle, as not failed, what was admitted before ``refused_by`` refused."""
+        self._addresses.settle(address, now, failed=False)
+        if refused_by is self._accounts:
+            self._pairs.settle(_pair(account, address), now, failed=False)
 
     def _answer(self, handler: Any, name: str, address: str, verdict: str | None) -> str | None:
         if verdict == RIGHT:
@@ -353,7 +409,11 @@ class CourseAuthenticator(FirstUseAuthenticator):
             )
             return None
         now = self.clock()
-        wait = max(self._accounts.locked_for(name, now), self._addresses.locked_for(address, now))
+        wait = max(
+            self._pairs.locked_for(_pair(name, address), now),
+            self._accounts.locked_for(name, now),
+            self._addresses.locked_for(address, now),
+        )
         if wait:
             self.log.warning("Logins as %s from %s locked after failures", name, address)
             handler.custom_login_error = (

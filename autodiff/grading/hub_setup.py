@@ -29,10 +29,8 @@ from .exchange import ACCOUNTS_FILE, COURSE_ID
 from .sandbox import Cgroup
 
 # The grading data: the grading account's. Everything else of the course stays root's.
-GRADING_DATA = (
-    "solutions", "assignments", "submitted", "autograded", "feedback", "grading",
-    ".nbgrader.log",
-)  # fmt: skip
+GRADING_DATA = ("solutions", "assignments", "submitted", "autograded", "feedback", "grading")
+GRADEBOOK = "grading/gradebook.db"  # on a hub's course (NBGRADER_DB_URL of the Formgrader)
 MADE_EMPTY = ("submitted", "autograded", "feedback", "grading")  # made if missing
 # nbgrader's modes for the course's folders in the exchange (exchange.py)
 EXCHANGE_MODES = {"": 0o755, "outbound": 0o755, "inbound": 0o2733, "feedback": 0o711}
@@ -78,62 +76,104 @@ def _private_folder(folder: Path, account: pwd.struct_passwd, mode: int = 0o700)
 
 
 def hand_course_to(course: Path, state: Path, account: pwd.struct_passwd) -> None:
-    """The course folder as the hub needs it: root's, sticky, the grading account's
-    group may add files (the gradebook); the grading data the account's; every other
-    entry root's and closed to students (the grading account may read them)."""
-    course.chmod(stat.S_ISVTX | (0o771 if state.parent == course else 0o770))
-    os.chown(course, 0, account.pw_gid)
-    for name in MADE_EMPTY:
-        _private_folder(course / name, account)
+    """The course folder as the hub needs it: root's, and no one else may add to it
+    (root imports code from it: a module the grading account could put there would
+    run as root); the grading data the grading account's (the gradebook in
+    ``grading/``, ``GRADEBOOK``); every other entry root's, readable by the grading
+    account, closed to students."""
+    os.chown(course, 0, account.pw_gid, follow_symlinks=False)
+    course.chmod(0o751 if state.parent == course else 0o750)
+    old, gradebook = course / "gradebook.db", course / GRADEBOOK
+    if old.is_file() and not old.is_symlink() and not gradebook.parent.exists():
+        gradebook.parent.mkdir(mode=0o700)  # root's until it is given below, with it
+        old.rename(gradebook)  # where an earlier hub kept it
     for entry in course.iterdir():
         if entry == state or entry.is_symlink():
             continue
-        if entry.name in GRADING_DATA or entry.name.startswith("gradebook"):
+        if entry.name in GRADING_DATA:
             _give(entry, account)
-            entry.chmod(stat.S_IMODE(entry.stat().st_mode) & 0o700)
         else:  # code and settings that root runs: readable by the grading account only
             os.chown(entry, 0, account.pw_gid, follow_symlinks=False)
             mode = entry.stat().st_mode
             entry.chmod(stat.S_IMODE(mode) & 0o750 | (0o050 if entry.is_dir() else 0o040))
+    for name in MADE_EMPTY:  # those not there yet
+        _private_folder(course / name, account)
 
 
 def _give(top: Path, account: pwd.struct_passwd) -> None:
-    """Everything under ``top`` to the account, links not followed (and left alone)."""
+    """``top`` and what it holds to the account, private (0700), links not followed.
+
+    Only a tree that is not the account's yet is walked, deepest entries first, so
+    that every folder above the entry being changed is still root's: the account
+    cannot swap a folder for a link under root's hands. A tree that is already the
+    account's is left as it is (the account could have put anything there)."""
     uid, gid = account.pw_uid, account.pw_gid
-    os.chown(top, uid, gid, follow_symlinks=False)
-    if not top.is_dir() or top.is_symlink():
-        return
-    for folder, names, files in os.walk(top):
-        for name in names + files:
-            os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
+    if top.lstat().st_uid != uid:
+        if top.is_dir():
+            for folder, names, files in os.walk(top, topdown=False):
+                for name in names + files:
+                    os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
+        top.chmod(stat.S_IMODE(top.stat().st_mode) & 0o700)
+        os.chown(top, uid, gid, follow_symlinks=False)
+    else:
+        top.chmod(stat.S_IMODE(top.stat().st_mode) & 0o700)
+
+
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def make_exchange(exchange: Path, account: pwd.struct_passwd) -> list[str]:
     """The exchange and the course's folders in it, made before any student can: the
     exchange root's (1777, as nbgrader needs), the course's folders the grading
-    account's with nbgrader's modes. Anything a student put in their place is moved
-    aside (and named in what is returned)."""
-    moved = []
-    if exchange.is_symlink() or not exchange.is_dir():
-        exchange.mkdir(mode=0o755, parents=True)
-    os.chown(exchange, 0, 0)
-    exchange.chmod(0o1777)
-    for name, mode in EXCHANGE_MODES.items():
-        folder = exchange / COURSE_ID / name
-        if folder.is_symlink() or folder.exists() and not _ours(folder, account):
-            aside = folder.with_name(f".{folder.name}.moved-{secrets.token_hex(4)}")
-            folder.rename(aside)
-            moved.append(f"{folder} (not the course's) was moved to {aside}")
-        if not folder.exists():
-            folder.mkdir(mode=0o700)
-        os.chown(folder, account.pw_uid, account.pw_gid)
-        folder.chmod(mode)
-    return moved
+    account's with nbgrader's modes. Anything else in their place (a student's
+    folder, a link) is moved aside, and named in what is returned.
+
+    Each folder is opened relative to the one above it, without following links,
+    and changed through what was opened: the grading account owns the course's
+    folder, and could otherwise swap one for a link while root changes it."""
+    moved: list[str] = []
+    exchange.mkdir(mode=0o755, parents=True, exist_ok=True)
+    top = os.open(exchange, _FOLDER)
+    try:
+        os.fchown(top, 0, 0)
+        os.fchmod(top, 0o1777)
+        course = _course_folder_at(top, COURSE_ID, EXCHANGE_MODES[""], account, moved)
+        try:
+            for name, mode in EXCHANGE_MODES.items():
+                if name:
+                    os.close(_course_folder_at(course, name, mode, account, moved))
+        finally:
+            os.close(course)
+    finally:
+        os.close(top)
+    return [f"{exchange}/{line}" for line in moved]
 
 
-def _ours(folder: Path, account: pwd.struct_passwd) -> bool:
-    owner = folder.lstat().st_uid
-    return folder.is_dir() and owner in (0, account.pw_uid)
+def _course_folder_at(
+    parent: int, name: str, mode: int, account: pwd.struct_passwd, moved: list[str]
+) -> int:
+    """The folder ``name`` in the open folder ``parent``, the account's with ``mode``
+    (made, or put in place of what is not a folder of root's or the account's)."""
+    try:
+        folder = os.open(name, _FOLDER, dir_fd=parent)
+    except FileNotFoundError:
+        folder = None
+    except OSError:  # a link, or not a folder
+        folder = -1
+    if folder is not None and folder >= 0 and os.fstat(folder).st_uid not in (0, account.pw_uid):
+        os.close(folder)
+        folder = -1
+    if folder == -1:
+        aside = f".{name}.moved-{secrets.token_hex(4)}"
+        os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
+        moved.append(f"{name} (not the course's) was moved to {aside}")
+        folder = None
+    if folder is None:
+        os.mkdir(name, 0o700, dir_fd=parent)
+        folder = os.open(name, _FOLDER, dir_fd=parent)
+    os.fchown(folder, account.pw_uid, account.pw_gid)
+    os.fchmod(folder, mode)
+    return folder
 
 
 def write_accounts(exchange: Path, prefix: str) -> None:
@@ -156,6 +196,14 @@ def _write_atomically(path: Path, text: str, mode: int) -> None:
         os.fchmod(file.fileno(), mode)
         os.fsync(file.fileno())
     os.rename(temporary, path)
+
+
+def students_group(name: str) -> str:
+    """A system group every student's account is in (made the first time): sshd's
+    ``DenyGroups`` and cron's and at's deny lists can name it."""
+    if subprocess.run(["getent", "group", name], capture_output=True).returncode != 0:
+        subprocess.run(["groupadd", "--system", name], check=True, capture_output=True)
+    return name
 
 
 def write_student_settings(folder: Path) -> Path:

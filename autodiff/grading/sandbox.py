@@ -320,6 +320,10 @@ class Cgroup:
         """The folders a cgroup is made in: the hierarchies themselves for root, the
         delegated cgroup in each for another account; empty where pids and memory
         cannot both be capped (cpu is left out where it cannot)."""
+        if os.geteuid() != 0 and (cls.ROOT / "cgroup.controllers").exists():
+            # v2 lets a process move only between cgroups below one it may write, and
+            # the grading account's server starts in the hub's: not delegated there
+            return []
         found = []
         for base in cls._hierarchies(cores):
             folder = base if os.geteuid() == 0 else base / cls.DELEGATED
@@ -331,10 +335,13 @@ class Cgroup:
 
     @classmethod
     def delegate(cls, uid: int, gid: int) -> bool:
-        """As root: the cgroup ``DELEGATED`` in each hierarchy, given to the account
-        ``uid`` (its folder and the files that move processes), so that it can make
-        cgroups below it without root. False where cgroups cannot be made."""
+        """As root, on cgroup v1: the cgroup ``DELEGATED`` in each hierarchy, given to
+        the account ``uid`` (its folder and the files that move processes), so that it
+        can make cgroups below it without root. False where it cannot be (no cgroups,
+        or v2: see ``_bases``), and grading caps each process with rlimits instead."""
         if os.geteuid() != 0 or not cls._hierarchies():
+            return False
+        if (cls.ROOT / "cgroup.controllers").exists():
             return False
         for base in cls._hierarchies(cores=True):
             folder = base / cls.DELEGATED
@@ -342,11 +349,6 @@ class Cgroup:
             for path in [folder, *(folder / name for name in _DELEGATED_FILES)]:
                 if path.exists():
                     os.chown(path, uid, gid)
-            if (folder / "cgroup.subtree_control").exists():  # v2: the controllers below
-                controllers = (base / "cgroup.subtree_control").read_text().split()
-                wanted = " ".join(f"+{c}" for c in controllers if c in ("pids", "memory", "cpu"))
-                if wanted:
-                    (folder / "cgroup.subtree_control").write_text(wanted)
         return True
 
     @classmethod
@@ -419,7 +421,7 @@ class Cgroup:
                 pass
 
 
-_DELEGATED_FILES = ("cgroup.procs", "tasks", "cgroup.subtree_control", "cgroup.threads")
+_DELEGATED_FILES = ("cgroup.procs", "tasks")
 
 
 def _pids(folder: Path) -> list[int]:

@@ -14,6 +14,7 @@ the environment, which the Makefile passes on:
     HUB_ACCOUNT_PREFIX  system accounts are this + the hub name (default jupyter-)
     HUB_GRADER       the account that grades and runs the Formgrader (autodiff-grader)
     HUB_DISK_MB      what each student's files may take, home and submissions (2048)
+    HUB_STUDENTS_GROUP  the group of every student's account (autodiff-students)
 
 Secrets (the cookie secret, the proxy's token) are made at the first start in the state
 folder's private/ (0700, root's), with the database and the passwords, never committed.
@@ -112,6 +113,11 @@ hub_setup.write_accounts(EXCHANGE, c.CourseSpawner.account_prefix)
 # at every poll of a running server (Spawner.poll_interval, HUB_POLL_SECONDS).
 c.CourseSpawner.disk_mb = int(os.environ.get("HUB_DISK_MB", "2048"))
 c.CourseSpawner.exchange = str(EXCHANGE / "autodiff")
+# Students' accounts have no login shell; this group of theirs is for the machine's
+# sshd (DenyGroups) and cron (docs/hub-security.md).
+c.CourseSpawner.group = hub_setup.students_group(
+    os.environ.get("HUB_STUDENTS_GROUP", "autodiff-students")
+)
 c.Spawner.poll_interval = int(os.environ.get("HUB_POLL_SECONDS", "30"))
 c.CourseSpawner.settings = str(STUDENT_SETTINGS)
 c.CourseSpawner.kit = str(COURSE / "dist" / "autodiff-student-kit")  # make student-kit
@@ -148,6 +154,7 @@ c.JupyterHub.services = [
         "cwd": str(COURSE),
         "environment": {
             "NBGRADER_EXCHANGE": str(EXCHANGE),
+            "NBGRADER_DB_URL": f"sqlite:///{COURSE / hub_setup.GRADEBOOK}",
             "PATH": f"{Path(GRADING_PYTHON).parent}:/usr/local/bin:/usr/bin:/bin",
             "PYTHONPATH": str(COURSE),
             "HOME": GRADER.pw_dir,
