@@ -231,7 +231,7 @@ def test_students_reach_no_course_files_and_no_other_home(hub, browser):
     alice = prefix + "alice"
     for secret in (
         course / "solutions" / "a1_numerical_symbolic" / "a1_numerical_symbolic.ipynb",
-        course / "gradebook.db",
+        course / "grading" / "gradebook.db",  # the grading account's, on a hub
         course / "hub" / "private" / "jupyterhub.sqlite",
         course / "hub" / "private",  # the passwords, the cookie secret
         course / "hub" / "roster.txt",

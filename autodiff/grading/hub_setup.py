@@ -84,9 +84,12 @@ def hand_course_to(course: Path, state: Path, account: pwd.struct_passwd) -> Non
     os.chown(course, 0, account.pw_gid, follow_symlinks=False)
     course.chmod(0o751 if state.parent == course else 0o750)
     old, gradebook = course / "gradebook.db", course / GRADEBOOK
-    if old.is_file() and not old.is_symlink() and not gradebook.parent.exists():
-        gradebook.parent.mkdir(mode=0o700)  # root's until it is given below, with it
-        old.rename(gradebook)  # where an earlier hub kept it
+    if old.is_file() and not old.is_symlink() and not os.path.lexists(gradebook):
+        # where make release, or an earlier hub, kept it (grading/ cannot be swapped:
+        # the course folder is root's)
+        gradebook.parent.mkdir(mode=0o700, exist_ok=True)
+        old.rename(gradebook)
+        os.chown(gradebook, account.pw_uid, account.pw_gid, follow_symlinks=False)
     for entry in course.iterdir():
         if entry == state or entry.is_symlink():
             continue
