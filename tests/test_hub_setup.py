@@ -207,7 +207,7 @@ def test_the_grading_account_caps_its_sandboxes_in_a_cgroup_of_its_own(accounts)
     makes a sandbox's cgroup with a memory cap, enters it, and removes it."""
     require(None if Cgroup.available() else "no cgroup can be made here", "run as root")
     grader = accounts["grader"]
-    assert hub_setup.delegate_grading_cgroups(grader)
+    assert Cgroup.delegate(grader.pw_uid, grader.pw_gid)
     code = (
         "import importlib.util, sys\n"  # sandbox.py alone: the system Python has no NumPy
         f"spec = importlib.util.spec_from_file_location('sandbox', {str(SANDBOX)!r})\n"

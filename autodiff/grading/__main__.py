@@ -138,6 +138,7 @@ def _not_as_root_on_a_hub(root: Path, command: str) -> None:
     import os
 
     from .exchange import owner
+    from .hub_setup import GRADEBOOK
 
     submitted = root / "submitted"
     if os.geteuid() != 0 or not submitted.is_dir() or submitted.lstat().st_uid == 0:
@@ -146,8 +147,8 @@ def _not_as_root_on_a_hub(root: Path, command: str) -> None:
     raise SystemExit(
         f"error: this course is graded by the account {account} (make hub set it up): "
         f"grade from the Formgrader, or as that account with the hub's grading environment:"
-        f" sudo -u {account} env PYTHONPATH=$PWD NBGRADER_DB_URL=sqlite:///$PWD/grading/"
-        f"gradebook.db hub/grading-venv/bin/python -m autodiff.grading {command} ..."
+        f" sudo -u {account} env PYTHONPATH=$PWD NBGRADER_DB_URL=sqlite:///$PWD/{GRADEBOOK}"
+        f" hub/grading-venv/bin/python -m autodiff.grading {command} ..."
     )
 
 

@@ -37,6 +37,7 @@ from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
 from tornado import web
 from traitlets import Integer, Unicode
 
+from .safe_copy import OPEN_FOLDER
 from .sandbox import Cgroup, Limits
 
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
@@ -62,31 +63,27 @@ def private_mounts(tmp_mb: int, shm_mb: int) -> None:
     sizes, whose pages the student's cgroup pays for) and a ``/proc`` where the
     student sees only their own processes. All of it goes when the last process of the
     server ends."""
-    libc = _LIBC
-    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC) != 0:  # IPC: System V shared memory
+    if _LIBC.unshare(_CLONE_NEWNS | _CLONE_NEWIPC) != 0:  # IPC: System V shared memory
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS): the hub needs root")
-    _mount(libc, "none", "/", None, _MS_REC | _MS_PRIVATE)  # nothing leaks back out
+    _mount("none", "/", None, _MS_REC | _MS_PRIVATE)  # nothing leaks back out
     for folder, megabytes in (("/tmp", tmp_mb), ("/dev/shm", shm_mb)):
-        _mount(
-            libc, "tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={megabytes}m,mode=1777"
-        )
+        _mount("tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={megabytes}m,mode=1777")
     flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
     try:
-        _mount(libc, "proc", "/proc", "proc", flags, "hidepid=invisible")
+        _mount("proc", "/proc", "proc", flags, "hidepid=invisible")
     except OSError as error:  # kernels before 5.8 know only the number
         if error.errno != errno.EINVAL:
             raise
-        _mount(libc, "proc", "/proc", "proc", flags, "hidepid=2")
+        _mount("proc", "/proc", "proc", flags, "hidepid=2")
 
 
-def _mount(libc, source: str, target: str, kind: str | None, flags: int, data: str = "") -> None:
+def _mount(source: str, target: str, kind: str | None, flags: int, data: str = "") -> None:
     encoded = [None if x is None else x.encode() for x in (source, target, kind, data or None)]
-    if libc.mount(encoded[0], encoded[1], encoded[2], flags, encoded[3]) != 0:
+    if _LIBC.mount(encoded[0], encoded[1], encoded[2], flags, encoded[3]) != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"mount {kind or ''} on {target}: {os.strerror(code)}")
 
 
-_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 MAX_DEPTH = 256  # folders deeper than this are counted as over any limit
 
 
@@ -102,7 +99,7 @@ def disk_use(folders: list[Path], stop_at: int) -> int:
             if not stat.S_ISDIR(info.st_mode):  # a file (or a link) of hers
                 used += _on_disk(info)
                 continue
-            stack = [(os.open(top, _FOLDER), None)]
+            stack = [(os.open(top, OPEN_FOLDER), None)]
         except OSError:  # gone meanwhile
             continue
         try:
@@ -130,7 +127,7 @@ def _next_entry(stack: list) -> int:
     try:
         info = entry.stat(follow_symlinks=False)
         if entry.is_dir(follow_symlinks=False):
-            stack.append((os.open(entry.name, _FOLDER, dir_fd=descriptor), None))
+            stack.append((os.open(entry.name, OPEN_FOLDER, dir_fd=descriptor), None))
     except OSError:  # removed meanwhile
         return 0
     return _on_disk(info)
@@ -238,8 +235,7 @@ class CourseSpawner(LocalProcessSpawner):
         if not problem:
             return None
         self.log.warning("stopping %s's server: %s", self.user.name, problem)
-        (self._cgroup or Cgroup.existing(self._cgroup_name)).kill()
-        subprocess.run(["pkill", "-KILL", "-u", self.account], capture_output=True)
+        self._end_every_process()
         return 1
 
     def _over_disk_limit(self) -> str:
@@ -262,12 +258,16 @@ class CourseSpawner(LocalProcessSpawner):
 
     async def stop(self, now=False):
         await super().stop(now=now)
-        # Whatever the server left running (a hub restarted since has no _cgroup)
+        self._end_every_process().remove()
+        self._cgroup = None
+
+    def _end_every_process(self) -> Cgroup:
+        """Kill whatever the server left running, in its cgroup (which a hub restarted
+        since knows only by name) and of its account; returns the cgroup."""
         group = self._cgroup or Cgroup.existing(self._cgroup_name)
         group.kill()
         subprocess.run(["pkill", "-KILL", "-u", self.account], capture_output=True)
-        group.remove()
-        self._cgroup = None
+        return group
 
     @property
     def _cgroup_name(self) -> str:

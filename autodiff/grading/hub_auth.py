@@ -41,6 +41,7 @@ from tornado import web
 from traitlets import Float, Integer, default
 
 from .hub import roster
+from .hub_setup import write_atomically
 
 # Letters and digits that cannot be taken for one another on paper (no 0/o, no 1/l/i).
 ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"
@@ -618,16 +619,4 @@ def _record(path: Path, passwords: dict[str, str]) -> None:
     if old and not old.endswith(b"\n"):
         old += b"\n"  # the last line of a hand-edited file stays a line of its own
     lines = "".join(f"{name},{password}\n" for name, password in passwords.items())
-    new = path.with_name(path.name + ".new")
-    new.unlink(missing_ok=True)  # left by a crash (the lock is ours)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    with os.fdopen(os.open(new, flags, 0o600), "wb") as file:
-        file.write(old + lines.encode())
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(new, path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)  # the rename itself survives a crash
-    finally:
-        os.close(folder)
+    write_atomically(path, old + lines.encode(), 0o600)

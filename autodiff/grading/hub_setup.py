@@ -26,7 +26,7 @@ import subprocess
 from pathlib import Path
 
 from .exchange import ACCOUNTS_FILE, COURSE_ID
-from .sandbox import Cgroup
+from .safe_copy import OPEN_FOLDER
 
 # The grading data: the grading account's. Everything else of the course stays root's.
 GRADING_DATA = ("solutions", "assignments", "submitted", "autograded", "feedback", "grading")
@@ -116,13 +116,8 @@ def _give(top: Path, account: pwd.struct_passwd) -> None:
             for folder, names, files in os.walk(top, topdown=False):
                 for name in names + files:
                     os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
-        top.chmod(stat.S_IMODE(top.stat().st_mode) & 0o700)
         os.chown(top, uid, gid, follow_symlinks=False)
-    else:
-        top.chmod(stat.S_IMODE(top.stat().st_mode) & 0o700)
-
-
-_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    top.chmod(stat.S_IMODE(top.stat().st_mode) & 0o700)
 
 
 def make_exchange(exchange: Path, account: pwd.struct_passwd) -> list[str]:
@@ -136,7 +131,7 @@ def make_exchange(exchange: Path, account: pwd.struct_passwd) -> list[str]:
     folder, and could otherwise swap one for a link while root changes it."""
     moved: list[str] = []
     exchange.mkdir(mode=0o755, parents=True, exist_ok=True)
-    top = os.open(exchange, _FOLDER)
+    top = os.open(exchange, OPEN_FOLDER)
     try:
         os.fchown(top, 0, 0)
         os.fchmod(top, 0o1777)
@@ -155,28 +150,41 @@ def make_exchange(exchange: Path, account: pwd.struct_passwd) -> list[str]:
 def _course_folder_at(
     parent: int, name: str, mode: int, account: pwd.struct_passwd, moved: list[str]
 ) -> int:
-    """The folder ``name`` in the open folder ``parent``, the account's with ``mode``
-    (made, or put in place of what is not a folder of root's or the account's)."""
-    try:
-        folder = os.open(name, _FOLDER, dir_fd=parent)
-    except FileNotFoundError:
-        folder = None
-    except OSError:  # a link, or not a folder
-        folder = -1
-    if folder is not None and folder >= 0 and os.fstat(folder).st_uid not in (0, account.pw_uid):
-        os.close(folder)
-        folder = -1
-    if folder == -1:
-        aside = f".{name}.moved-{secrets.token_hex(4)}"
-        os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
-        moved.append(f"{name} (not the course's) was moved to {aside}")
-        folder = None
+    """The folder ``name`` in the open folder ``parent``, opened, the account's with
+    ``mode``: the one there if it is a folder of root's or the account's, else made
+    anew in place of what was there (which is moved aside and named in ``moved``)."""
+    folder = _open_folder_of(parent, name, (0, account.pw_uid))
     if folder is None:
+        if _exists_at(parent, name):
+            aside = f".{name}.moved-{secrets.token_hex(4)}"
+            os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
+            moved.append(f"{name} (not the course's) was moved to {aside}")
         os.mkdir(name, 0o700, dir_fd=parent)
-        folder = os.open(name, _FOLDER, dir_fd=parent)
+        folder = os.open(name, OPEN_FOLDER, dir_fd=parent)
     os.fchown(folder, account.pw_uid, account.pw_gid)
     os.fchmod(folder, mode)
     return folder
+
+
+def _open_folder_of(parent: int, name: str, owners: tuple[int, int]) -> int | None:
+    """``name`` in ``parent`` opened, if it is a folder (not a link) one of ``owners``
+    owns; else None."""
+    try:
+        folder = os.open(name, OPEN_FOLDER, dir_fd=parent)
+    except OSError:  # missing, a link, or not a folder
+        return None
+    if os.fstat(folder).st_uid in owners:
+        return folder
+    os.close(folder)
+    return None
+
+
+def _exists_at(parent: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def write_accounts(exchange: Path, prefix: str) -> None:
@@ -187,18 +195,26 @@ def write_accounts(exchange: Path, prefix: str) -> None:
     declared = exchange / ACCOUNTS_FILE
     if declared.is_dir() and not declared.is_symlink():
         declared.rename(exchange / f".{ACCOUNTS_FILE}.moved-{secrets.token_hex(4)}")
-    _write_atomically(declared, json.dumps({"account_prefix": prefix}), 0o644)
+    write_atomically(declared, json.dumps({"account_prefix": prefix}), 0o644)
 
 
-def _write_atomically(path: Path, text: str, mode: int) -> None:
+def write_atomically(path: Path, data: str | bytes, mode: int) -> None:
+    """``path`` holding ``data``, whole or not at all: written under a name nobody can
+    guess beside it, synced, and renamed over whatever had the name (a file, a link:
+    never followed), with ``mode`` whatever the umask."""
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    with os.fdopen(os.open(temporary, flags, 0o600), "w") as file:
-        file.write(text)
+    with os.fdopen(os.open(temporary, flags, 0o600), "wb") as file:
+        file.write(data.encode() if isinstance(data, str) else data)
         file.flush()
         os.fchmod(file.fileno(), mode)
         os.fsync(file.fileno())
-    os.rename(temporary, path)
+    os.replace(temporary, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself survives a crash
+    finally:
+        os.close(folder)
 
 
 def students_group(name: str) -> str:
@@ -220,8 +236,8 @@ def write_student_settings(folder: Path) -> Path:
     folder.chmod(0o755)
     kernels = {"KernelManager": {"transport": "ipc"}}
     server = {**kernels, "ServerApp": {"terminado_settings": {"shell_command": ["/bin/bash"]}}}
-    _write_atomically(folder / "jupyter_server_config.json", json.dumps(server, indent=1), 0o644)
-    _write_atomically(folder / "nbgrader_config.json", json.dumps(kernels, indent=1), 0o644)
+    write_atomically(folder / "jupyter_server_config.json", json.dumps(server, indent=1), 0o644)
+    write_atomically(folder / "nbgrader_config.json", json.dumps(kernels, indent=1), 0o644)
     return folder
 
 
@@ -240,8 +256,3 @@ def hidepid_note(mounts: Path = Path("/proc/mounts")) -> str | None:
         " set it machine-wide: mount -o remount,hidepid=invisible /proc (and in /etc/fstab:"
         " proc /proc proc defaults,hidepid=invisible 0 0)"
     )
-
-
-def delegate_grading_cgroups(account: pwd.struct_passwd) -> bool:
-    """The grading account's own cgroup, in which it caps its sandboxes."""
-    return Cgroup.delegate(account.pw_uid, account.pw_gid)

@@ -42,7 +42,7 @@ MAX_ENTRIES = 2_000  # files, folders and links, counted as they are listed
 # bigger one was not made by it; and what is collected is copied onto the course's disk.
 MAX_BYTES = 100_000_000
 
-_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # never a link
 # O_NONBLOCK: should a pipe take a file's place before it is opened, the open does not
 # wait for a writer (what was opened is then seen not to be what was looked at).
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -197,7 +197,7 @@ class _Walk:
         return None
 
     def _enter(self, dir_fd: int, name: str, path: str, info, target: Path | None) -> _Open:
-        fd = self._open(dir_fd, name, path, _FOLDER, info)
+        fd = self._open(dir_fd, name, path, OPEN_FOLDER, info)
         try:
             names = self._names(fd, path)
             if target is not None:

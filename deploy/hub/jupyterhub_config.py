@@ -43,6 +43,7 @@ sys.path.insert(0, str(COURSE))  # autodiff.grading, for the spawner and the ros
 from autodiff.grading import hub_setup  # noqa: E402
 from autodiff.grading.hub import roster  # noqa: E402
 from autodiff.grading.hub_auth import issue_credentials  # noqa: E402
+from autodiff.grading.sandbox import Cgroup  # noqa: E402
 
 hub_setup.check_state_folder(STATE)
 # The grading account runs the Formgrader and every grading step; root runs nothing of
@@ -51,7 +52,7 @@ GRADER = hub_setup.grading_account(
     os.environ.get("HUB_GRADER", "autodiff-grader"), STATE / "grader"
 )
 hub_setup.hand_course_to(COURSE, STATE, GRADER)
-if not hub_setup.delegate_grading_cgroups(GRADER):
+if not Cgroup.delegate(GRADER.pw_uid, GRADER.pw_gid):  # its own, for its sandboxes
     print("note: no cgroup for the grading account here: grading caps each process (rlimits)")
 # The course's exchange (nbgrader_config.py uses hub/exchange once it exists), its
 # course folders made now, before any student could make them.
