@@ -391,7 +391,8 @@ def _kb(path: Path) -> int:
 
 def test_a_server_over_its_memory_limit_is_stopped_alone(hub, browser):
     """bob's notebook takes more than his server's 1 GB: the kernel's OOM killer stops his
-    kernel (the biggest process in his cgroup); his server, and alice's, go on."""
+    kernel (the biggest process in his cgroup), and his cell says so; his server, and
+    alice's, go on."""
     require(None if Cgroup.available() else "no cgroup can be made here", "run as root")
     alice = log_in(browser, hub.url, "alice", password("alice"))
     alice.wait_for_url("**/user/alice/lab**", timeout=180_000)
@@ -415,8 +416,17 @@ def test_a_server_over_its_memory_limit_is_stopped_alone(hub, browser):
     except Exception:
         shot(page, "bob-kernel-not-killed")
         raise
-    shot(page, "bob-kernel-killed")
+    told = page.locator(".jp-OutputArea-output").get_by_text(
+        "the notebook used more than 1 GB of memory, the limit", exact=False
+    )
+    try:
+        told.first.wait_for(timeout=30_000)
+    finally:
+        shot(page, "bob-kernel-killed")
     account = hub.prefix + "bob"
+    for folder in Cgroup.existing(f"autodiff-hub-{account}").folders:  # bob's alone
+        seen = as_account(hub.prefix + "alice", "ls", str(folder))
+        assert seen.returncode != 0, f"alice reads bob's cgroup {folder}: {seen.stdout}"
     alive = subprocess.run(["pgrep", "-u", account, "-f", "jupyterhub-singleuser"])
     assert alive.returncode == 0, "bob's server was stopped with his kernel"
     for name, other in (("alice", alice), ("bob", page)):

@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from system_parts import require
+from traitlets.utils.importstring import import_item
 
 from autodiff.grading import hub_setup
 from autodiff.grading.exchange import ACCOUNTS_FILE, COURSE_ID
@@ -192,6 +194,9 @@ def test_students_settings_put_kernels_on_unix_sockets_and_keep_path(tmp_path):
     assert shown.stdout.decode().startswith("/opt/class-venv/bin:"), shown.stdout
     for name in ("jupyter_server_config.json", "nbgrader_config.json"):
         assert stat.S_IMODE((folder / name).stat().st_mode) == 0o644
+    # the kernel websocket that says when a kernel was killed for its memory
+    named = server["ServerApp"]["kernel_websocket_connection_class"]
+    assert issubclass(import_item(named), ZMQChannelsWebsocketConnection), named
 
 
 def test_hidepid_note_says_how_to_hide_processes(tmp_path):
@@ -209,10 +214,15 @@ def test_the_grading_account_caps_its_sandboxes_in_a_cgroup_of_its_own(accounts)
     grader = accounts["grader"]
     assert Cgroup.delegate(grader.pw_uid, grader.pw_gid)
     code = (
-        "import importlib.util, sys\n"  # sandbox.py alone: the system Python has no NumPy
-        f"spec = importlib.util.spec_from_file_location('sandbox', {str(SANDBOX)!r})\n"
+        # sandbox.py (and oom.py, which it imports) without autodiff/__init__.py: the
+        # system Python has no NumPy
+        "import importlib.util, sys, types\n"
+        "package = types.ModuleType('grading')\n"
+        f"package.__path__ = [{str(SANDBOX.parent)!r}]\n"
+        "sys.modules['grading'] = package\n"
+        f"spec = importlib.util.spec_from_file_location('grading.sandbox', {str(SANDBOX)!r})\n"
         "sandbox = importlib.util.module_from_spec(spec)\n"
-        "sys.modules['sandbox'] = sandbox\n"
+        "sys.modules['grading.sandbox'] = sandbox\n"
         "spec.loader.exec_module(sandbox)\n"
         "Cgroup, Limits = sandbox.Cgroup, sandbox.Limits\n"
         "group = Cgroup.make(Limits(memory_mb=300, processes=20))\n"

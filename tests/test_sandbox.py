@@ -9,6 +9,7 @@ host's loopback are all things the kernel must not reach.
 import os
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def test_what_a_notebook_starts_ends_with_it(tmp_path):
         (
             sandboxing.Limits(memory_mb=1536),  # an idle kernel takes ~0.9 GB of addresses
             "import numpy as np\nblock = np.ones(2**29)",  # 4 GiB
-            "the memory limit (1536 MB)",
+            "the memory limit (1.5 GB)",
         ),
         (
             sandboxing.Limits(processes=16),
@@ -166,6 +167,65 @@ def test_each_limit_is_reported_by_name(tmp_path, monkeypatch, limits, source, n
     ran, printed = run(tmp_path, source, "print('next cell ran')", limits=limits)
     assert name in ran.metadata["autodiff"]["limits_hit"]
     assert "next cell ran" in printed[1]  # grading went on
+
+
+def test_a_kernel_killed_for_its_memory_is_told_so_in_words(tmp_path, monkeypatch):
+    """Past its cgroup's memory (the files it wrote to its in-memory folder count, and
+    address-space rlimits do not see them), the kernel is killed: the cell says the
+    notebook used more than the limit, the limit is named, and grading goes on."""
+    if not sandboxing.Cgroup.available():
+        pytest.skip("cgroups are made only when run as root with cgroups writable")
+    monkeypatch.setenv("GRADING_CELL_TIMEOUT", "60")
+    ballast = "for i in range(5):\n    open(f'ballast{i}', 'wb').write(b'x' * 220 * 2**20)"
+    grow = "import numpy as np\nblock = np.ones(60 * 2**20)"  # 480 MB more: past 1.5 GB
+    limits = sandboxing.Limits(memory_mb=1536, disk_mb=2048)
+    ran, printed = run(tmp_path, ballast + "\n" + grow, "print('next cell ran')", limits=limits)
+    expected = "the notebook used more than 1.5 GB of memory, the limit, so its kernel was stopped"
+    assert expected in printed[0], f"the cell said {printed[0]!r}"
+    assert "the memory limit (1.5 GB)" in ran.metadata["autodiff"]["limits_hit"]
+    assert "next cell ran" in printed[1]
+
+
+def test_a_grader_in_a_smaller_cgroup_names_that_limit(tmp_path):
+    """A grader in a container or pod whose memory is capped below the sandbox's
+    (its sandboxes get rlimits only, no cgroup of their own): the kernel past the
+    container's memory is killed by it, and the cell names that limit."""
+    if not sandboxing.Cgroup.available():
+        pytest.skip("cgroups are made only when run as root with cgroups writable")
+    container = sandboxing.Cgroup.make(sandboxing.Limits(memory_mb=768, processes=256))
+    assert container is not None
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("hog = b'x' * (1200 * 2**20)"),
+        nbformat.v4.new_code_cell("print('next cell ran')"),
+    ]
+    nbformat.write(notebook, tmp_path / "nb.ipynb")
+    (tmp_path / "student").mkdir()
+    grader = (
+        "import sys; from pathlib import Path\n"
+        "from autodiff.grading import sandbox\n"
+        "from autodiff.grading.execute import execute\n"
+        "sandbox.Cgroup.make = classmethod(lambda cls, limits, name='': None)  # rlimits only\n"
+        "box = sandbox.Sandbox('bwrap', sandbox.Limits(memory_mb=4096))\n"
+        "folder = Path(sys.argv[1])\n"
+        "execute(folder / 'nb.ipynb', folder / 'student', folder / 'out.ipynb', box)\n"
+    )
+    enter = "".join(f"echo $$ > {folder}/cgroup.procs; " for folder in container.folders)
+    try:
+        ran = subprocess.run(
+            ["sh", "-c", f'{enter}exec "$@"', "sh", sys.executable, "-c", grader, str(tmp_path)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        container.kill()
+        container.remove()
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    printed = [_text(cell) for cell in out.cells]
+    expected = "the notebook used more than 768 MB of memory, the limit, so its kernel was stopped"
+    assert expected in printed[0], f"the cell said {printed[0]!r}"
+    assert "the memory limit (768 MB)" in out.metadata["autodiff"]["limits_hit"]
+    assert "next cell ran" in printed[1]
 
 
 def test_verdicts_come_from_the_grader(tmp_path):

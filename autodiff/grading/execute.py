@@ -37,7 +37,7 @@ from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-from . import monitor
+from . import monitor, oom
 from .course import is_test
 from .sandbox import Limits, Sandbox, choose
 
@@ -114,8 +114,12 @@ class GradingClient(NotebookClient):
         self.output_total = 0
         self.limit_hits: list[str] = []
         self.findings: list[str] = []
+        # The cgroup this grader runs in: a student's server's, where she validates.
+        self.own_cgroup = oom.own_cgroup()
+        self.own_kills = 0  # its count of processes killed for memory at kernel start
 
     async def async_start_new_kernel_client(self):
+        self.own_kills = oom.kills(self.own_cgroup)
         kc = await super().async_start_new_kernel_client()
         await self._start_monitor(0)
         return kc
@@ -202,8 +206,23 @@ class GradingClient(NotebookClient):
             self.limit_hits.append(limit)
             return f"the kernel was stopped: it hit {limit}"
         if status == 128 + 9:
+            if memory := self._memory_limit_hit():
+                self.limit_hits.append(f"the memory limit ({memory})")
+                return oom.used_too_much(memory)
             return "the kernel was killed (out of memory, or a loop that ignored interrupts)"
         return _STOPPED
+
+    def _memory_limit_hit(self) -> str | None:
+        """The memory limit that got the kernel killed, in words: its sandbox's cgroup's,
+        or the one this grader runs in (a student's server, whose limit is lower than
+        the sandbox's); None when neither killed a process since the kernel started."""
+        groups = self.grading_km.sandbox.groups  # the last: this kernel's
+        if groups and groups[-1].oom_kills():
+            return self.limits.memory_in_words
+        limit = oom.limit(self.own_cgroup)
+        if limit is not None and oom.kills(self.own_cgroup) > self.own_kills:
+            return oom.in_words(limit)
+        return None
 
     async def _restart(self, cell, cell_index: int) -> None:
         """A fresh kernel (in a fresh sandbox) with the state of the earlier cells,
@@ -212,6 +231,7 @@ class GradingClient(NotebookClient):
         self.log.warning("Cell %d crashed or ran out of time: restarting the kernel", cell_index)
         cell.metadata["autodiff_skipped"] = True
         while True:
+            self.own_kills = oom.kills(self.own_cgroup)
             await ensure_async(self.grading_km.restart_kernel(now=True))
             assert self.kc is not None
             await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))  # type: ignore[attr-defined]
@@ -272,7 +292,7 @@ _STOPPED = (
 _TIMED_OUT = "the cell ran past its time and was stopped"
 
 _LIMIT_ERRORS = [
-    (r"^MemoryError", "the memory limit ({limits.memory_mb} MB)"),
+    (r"^MemoryError", "the memory limit ({limits.memory_in_words})"),
     (r"Resource temporarily unavailable", "the process limit ({limits.processes})"),
     (r"Too many open files", "the open-files limit ({limits.open_files})"),
     (r"File too large", "the file-size limit ({limits.file_size_mb} MB)"),

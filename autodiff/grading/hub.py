@@ -223,6 +223,8 @@ class CourseSpawner(LocalProcessSpawner):
         cores = self.cpu_limit or 0  # Spawner.cpu_limit: cores; None or 0 for no cap
         limits = Limits(memory_mb=memory_mb, processes=self.processes, cores=cores)
         self._cgroup = Cgroup.make(limits, name=self._cgroup_name)
+        if self._cgroup is not None:  # the server tells of kernels killed for memory
+            self._cgroup.readable_by(pwd.getpwnam(self.account).pw_gid)
         return await super().start()
 
     async def poll(self):

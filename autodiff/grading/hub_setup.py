@@ -229,13 +229,20 @@ def write_student_settings(folder: Path) -> Path:
     """Jupyter settings every student's server reads beside the kit's (root's, 0755):
     kernels talk over Unix sockets in the student's private runtime folder (ZeroMQ's
     ``ipc``), not over TCP ports any account of the machine could connect to, for the
-    server's kernels and for nbgrader's validate alike; and the terminal starts the
+    server's kernels and for nbgrader's validate alike; a kernel killed for its memory
+    is said to be, in the cell that ran (``lab_notice``); and the terminal starts the
     shell without a login profile, so the class's environment stays first on PATH."""
     folder.mkdir(mode=0o755, exist_ok=True)
     os.chown(folder, 0, 0)
     folder.chmod(0o755)
     kernels = {"KernelManager": {"transport": "ipc"}}
-    server = {**kernels, "ServerApp": {"terminado_settings": {"shell_command": ["/bin/bash"]}}}
+    server = {
+        **kernels,
+        "ServerApp": {
+            "kernel_websocket_connection_class": "autodiff.grading.lab_notice.MemoryNotice",
+            "terminado_settings": {"shell_command": ["/bin/bash"]},
+        },
+    }
     write_atomically(folder / "jupyter_server_config.json", json.dumps(server, indent=1), 0o644)
     write_atomically(folder / "nbgrader_config.json", json.dumps(kernels, indent=1), 0o644)
     return folder

@@ -37,10 +37,13 @@ SHIPPED = [
     "autodiff/datasets/*.npz",
     "autodiff/datasets/*.md",
     # Of the instructor tooling, only what the released notebooks import (forbid_calls,
-    # the visible tests' checks).
+    # the visible tests' checks), and what a student's server on the hub runs (the
+    # notice of a kernel killed for its memory).
     "autodiff/grading/__init__.py",
     "autodiff/grading/checks.py",
     "autodiff/grading/helpers.py",
+    "autodiff/grading/lab_notice.py",
+    "autodiff/grading/oom.py",
     "pyproject.toml",  # the same package: the kit installs with pip install -e ".[course]"
     "environment.yml",
 ]

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import oom
+
 HOME = "/home/student"
 WORK = f"{HOME}/work"  # the kernel's working folder: the student's private copy
 SUBMITTED = f"{HOME}/.submitted"  # the student's files as submitted, read-only
@@ -89,6 +91,11 @@ class Limits:
             if variable in os.environ:
                 values[attribute] = int(os.environ[variable])
         return cls(**values)
+
+    @property
+    def memory_in_words(self) -> str:
+        """The memory limit as a student reads it: "4 GB", "1.5 GB", "512 MB"."""
+        return oom.in_words(self.memory_mb * 2**20)
 
     def describe(self) -> str:
         return (
@@ -393,6 +400,14 @@ class Cgroup:
             if (folder / name).exists():
                 (folder / name).write_text(value)
 
+    def readable_by(self, gid: int) -> None:
+        """Let the group ``gid`` (a student's own) read the cgroup's files, its memory
+        limit and how many of its processes were killed for it, and no one else: a
+        cgroup's folder is made with the maker's umask (the hub's is 077)."""
+        for folder in self.folders:
+            os.chown(folder, 0, gid)
+            folder.chmod(0o750)
+
     def enter(self) -> None:
         for folder in self.folders:
             (folder / "cgroup.procs").write_text("0")
@@ -412,6 +427,10 @@ class Cgroup:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 time.sleep(0.05)
+
+    def oom_kills(self) -> int:
+        """How many of the cgroup's processes Linux killed for its memory limit."""
+        return sum(oom.kills(folder) for folder in self.folders)
 
     def remove(self) -> None:
         for folder in self.folders:
