@@ -150,6 +150,7 @@ hub: $(VENV)/.installed-hub $(HUB_STATE)/proxy/node_modules/.bin/configurable-ht
 		"(ROSTER=path/to/ids.txt)"; exit 2; }
 	cd "$(HUB_STATE)" && HUB_STATE="$(HUB_STATE)" HUB_ROSTER="$(abspath $(ROSTER))" \
 		HUB_INSTRUCTORS="$(INSTRUCTORS)" HUB_TAS="$(TAS)" HUB_PORT="$(or $(PORT),8000)" \
+		HUB_SUBDOMAIN_HOST="$(or $(SUBDOMAIN_HOST),$(HUB_SUBDOMAIN_HOST))" \
 		HUB_GRADING_PYTHON="$(GRADING_VENV)/bin/python" \
 		PATH="$(CURDIR)/$(BIN):$$PATH" \
 		"$(CURDIR)/$(BIN)/jupyterhub" -f "$(CURDIR)/deploy/hub/jupyterhub_config.py"

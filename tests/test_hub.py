@@ -86,7 +86,8 @@ class Hub:
         self.url = f"http://127.0.0.1:{self.port}"
         self.stack = contextlib.ExitStack()
 
-    def start(self) -> None:
+    def start(self, *settings: str) -> None:
+        """``make hub`` with the test's limits, and ``settings`` (``NAME=value``)."""
         limits = {
             "HUB_MEM_LIMIT": "1G", "HUB_CPU_LIMIT": "0.5", "HUB_DISK_MB": "64",
             "HUB_POLL_SECONDS": "5",
@@ -94,7 +95,7 @@ class Hub:
         accounts = {"HUB_ACCOUNT_PREFIX": self.prefix, "HUB_GRADER": self.prefix + "grader"}
         env = dict(os.environ, **accounts, **limits)
         env.pop("NBGRADER_EXCHANGE", None)
-        command = ["make", *KEEP_VENV, "hub", "INSTRUCTORS=prof", f"PORT={self.port}"]
+        command = ["make", *KEEP_VENV, "hub", "INSTRUCTORS=prof", f"PORT={self.port}", *settings]
         log = self.tmp / "hub.log"
         # the proxy answers first (404 for every path), then the hub's /hub/api
         self.stack.enter_context(
@@ -899,3 +900,98 @@ def test_a_student_past_the_disk_limit_is_stopped_and_told_why(hub, browser):
     page.context.close()
     (home / "big.bin").unlink()  # the course team makes room: she starts again
     running_server(api, "load03")
+
+
+# --- one web origin, or one per server (SUBDOMAIN_HOST) -------------------------------
+
+# What a student's page does with each target: opens it in a window of its own (with
+# the staff member's cookies, as a link would; hub pages refuse to be framed) and, once
+# its scripts have run, reads it. A page of another origin throws: nothing is read.
+_READ_EACH = """async (targets) => {
+    const pause = (ms) => new Promise((done) => setTimeout(done, ms));
+    const read = {};
+    for (const [name, url] of Object.entries(targets)) {
+        const opened = window.open(url, name);
+        read[name] = "";
+        for (let waited = 0; waited < 30000; waited += 250) {
+            await pause(250);
+            try {
+                const loaded = opened.location.href !== "about:blank";
+                if (loaded && opened.document.readyState === "complete") {
+                    await pause(4000);  // its own scripts fill it
+                    read[name] = opened.document.documentElement.outerHTML;
+                    break;
+                }
+            } catch (error) {
+                break;  // another origin's page: the browser keeps it from this one
+            }
+        }
+        opened.close();
+    }
+    return read;
+}"""
+
+
+def what_a_students_page_reads(staff, page_url: str, targets: dict[str, str]) -> dict:
+    """In a staff member's browser, a page answered at ``page_url`` (what a student's
+    own program answers at her server's address: here the browser is told to) opens
+    ``targets`` with the staff member's cookies; returns what it could read of each."""
+    page = staff.context.new_page()
+    body = "<!doctype html><title>alice's page</title><p>Look at my plot!</p>"
+    page.route(
+        page_url, lambda route: route.fulfill(status=200, content_type="text/html", body=body)
+    )
+    page.goto(page_url)
+    read = page.evaluate(_READ_EACH, targets)
+    page.close()
+    return read
+
+
+def test_a_students_page_reads_staff_pages_on_one_origin_and_not_on_her_own(hub, browser):
+    """A student's server runs her programs, so at her address it can answer with a
+    page of hers. On the hub's one origin (the default), that page reads prof's hub
+    pages and the Formgrader in prof's browser: the hole docs/hub-security.md names.
+    With ``SUBDOMAIN_HOST`` each server has a host of its own: the same page reads
+    nothing of prof's, while alice's JupyterLab and prof's Formgrader work."""
+    api = HubAPI(hub.url, admin_token(browser, hub.url))
+    prof = open_formgrader(browser, hub.url)  # his Formgrader login, in his browser
+    targets = {
+        "hub": f"{hub.url}/hub/home",
+        "formgrader": f"{hub.url}/services/formgrader/formgrader",
+    }
+    read = what_a_students_page_reads(prof, f"{hub.url}/user/alice/plot.html", targets)
+    prof.context.close()
+    assert "prof" in read["hub"] and ASSIGNMENT in read["formgrader"], (
+        "on one origin the page should read prof's pages (else this test proves nothing "
+        f"below): {read}"
+    )
+    origin = f"http://hub.localhost:{hub.port}"  # Chromium: *.localhost is this machine
+    own = f"http://alice.hub.localhost:{hub.port}"
+    formgrader = f"http://formgrader--service.hub.localhost:{hub.port}/services/formgrader"
+    with contextlib.suppress(urllib.error.HTTPError):  # her server starts on her host
+        api.call("DELETE", "/hub/api/users/alice/server")
+    hub.stop()
+    hub.start(f"SUBDOMAIN_HOST={origin}")
+    try:
+        alice = log_in(browser, origin, "alice", password("alice"))
+        alice.wait_for_url(f"{own}/user/alice/lab**", timeout=180_000)
+        alice.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
+        alice.context.close()
+        prof = log_in(browser, origin, "prof", password("prof"))
+        prof.goto(f"{formgrader}/formgrader")
+        prof.locator("tr", has_text=ASSIGNMENT).wait_for(timeout=60_000)
+        # Logins are cookies of one host each; a cookie for every host below the hub's
+        # only names the browser's session (for logging out everywhere), never a login.
+        cookies = [(cookie["name"], cookie["domain"]) for cookie in prof.context.cookies()]
+        shared = {name for name, domain in cookies if domain.startswith(".")}
+        assert shared <= {"jupyterhub-session-id"}, f"cookies for every host: {cookies}"
+        targets = {"hub": f"{origin}/hub/home", "formgrader": f"{formgrader}/formgrader"}
+        read = what_a_students_page_reads(prof, f"{own}/user/alice/plot.html", targets)
+        shot(prof, "prof-formgrader-on-its-own-host")
+        prof.context.close()
+        assert read == {"hub": "", "formgrader": ""}, f"alice's page read prof's pages: {read}"
+    finally:
+        with contextlib.suppress(urllib.error.HTTPError):
+            api.call("DELETE", "/hub/api/users/alice/server")
+        hub.stop()
+        hub.start()

@@ -248,6 +248,15 @@ def write_student_settings(folder: Path) -> Path:
     return folder
 
 
+ONE_ORIGIN_NOTE = (
+    "note: the hub and every student's server share one web origin: a page a student's"
+    " server answers with runs with the hub's rights in the browser of a staff member who"
+    " opens it. Give each server a host of its own: SUBDOMAIN_HOST=https://hub.example.org"
+    " (with wildcard DNS for *.hub.example.org and a wildcard certificate; on one machine,"
+    " http://hub.localhost:PORT works in browsers without either)"
+)
+
+
 def hidepid_note(mounts: Path = Path("/proc/mounts")) -> str | None:
     """A note when this machine's ``/proc`` shows every account's processes (each
     student's server mounts a ``/proc`` of its own that hides them, but logins outside

@@ -15,6 +15,9 @@ the environment, which the Makefile passes on:
     HUB_GRADER       the account that grades and runs the Formgrader (autodiff-grader)
     HUB_DISK_MB      what each student's files may take, home and submissions (2048)
     HUB_STUDENTS_GROUP  the group of every student's account (autodiff-students)
+    HUB_SUBDOMAIN_HOST  https://hub.example.org: each student's server (and the
+                     Formgrader) on a host of its own below it, alice.hub.example.org
+                     (wildcard DNS and a wildcard certificate); unset: one origin
 
 Secrets (the cookie secret, the proxy's token) are made at the first start in the state
 folder's private/ (0700, root's), with the database and the passwords, never committed.
@@ -77,6 +80,16 @@ c.JupyterHub.pid_file = str(PRIVATE / "jupyterhub.pid")
 # configurable-http-proxy from npm, installed by make hub; the hub makes its token.
 c.ConfigurableHTTPProxy.command = [str(STATE / "proxy/node_modules/.bin/configurable-http-proxy")]
 c.ConfigurableHTTPProxy.pid_file = str(PRIVATE / "proxy.pid")
+# One web origin per server. A student's server runs whatever she starts, so it can
+# answer with a page of hers; on the hub's own origin that page would script the hub
+# and the Formgrader in a staff member's browser. On a host of its own, it cannot.
+SUBDOMAIN_HOST = os.environ.get("HUB_SUBDOMAIN_HOST", "")
+if SUBDOMAIN_HOST:
+    c.JupyterHub.subdomain_host = SUBDOMAIN_HOST
+    # cookies only the host that set them receives (the __Host- prefix needs https)
+    c.JupyterHub.cookie_host_prefix_enabled = SUBDOMAIN_HOST.startswith("https://")
+else:
+    print(hub_setup.ONE_ORIGIN_NOTE)
 # Students' servers keep running across a restart of the hub, and stop (with every
 # process they started) when their student logs out.
 c.JupyterHub.cleanup_servers = False
