@@ -3,7 +3,9 @@
 import concurrent.futures
 import contextlib
 import inspect
+import subprocess
 import sys
+import textwrap
 import threading
 import types
 
@@ -162,3 +164,48 @@ def test_a_one_line_rule_written_like_the_library_is_not_caught():
     with forbid_calls(ad.ops.elementwise.Exp.gradient):
         (dx,) = ad.gradients(y, [x])
     assert dx.value == pytest.approx(2.718281828459045)
+
+
+def test_a_forbidden_call_is_named_even_when_what_follows_it_fails():
+    """The watch notes the call and the block fails as it ends, with the call as the
+    reason, whatever the called code did next (here: an error of its own)."""
+
+    def gradient(self, node, output_grad):  # a forbidden method's copy, called wrongly
+        return node.inputs
+
+    gradient.__code__ = ad.ops.linalg.MatMul.gradient.__code__
+    with pytest.raises(AssertionError, match="MatMul.gradient, which this exercise asks"):
+        with forbid_calls(ad.ops.linalg.MatMul.gradient):
+            gradient(None, None, None)  # AttributeError inside, after the call began
+
+
+def test_the_watch_never_makes_python_switch_profiling_off():
+    """Python switches profiling off, in the name of the running function, when a
+    profile function raises: for a pasted copy (notebook code) the grading monitor
+    would take that for the student switching the watch off. The watch never raises.
+    (In a process of its own: an audit hook stays for the life of its process.)"""
+    program = textwrap.dedent(
+        """
+        import inspect, sys, textwrap
+        import autodiff as ad
+        from autodiff.grading import forbid_calls
+
+        callers = []
+        def audit(event, args):
+            if event == "sys.setprofile":
+                callers.append(sys._getframe(1).f_code.co_filename)
+        sys.addaudithook(audit)
+        source = textwrap.dedent(inspect.getsource(ad.ops.linalg.MatMul.gradient))
+        pasted = {}
+        exec(compile(source, "<answer cell>", "exec"), vars(ad.ops.linalg), pasted)
+        try:
+            with forbid_calls(ad.ops.linalg.MatMul.gradient):
+                pasted["gradient"](None, None, None)
+        except AssertionError as error:
+            print("failed:", error)
+        print("callers:", callers)
+        """
+    )
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert "failed: your code called autodiff.ops.linalg.MatMul.gradient" in ran.stdout, ran
+    assert "<answer cell>" not in ran.stdout.split("callers:")[1], ran.stdout

@@ -6,10 +6,12 @@ which limit it hit. The course folder, the instructor's home and a server on the
 host's loopback are all things the kernel must not reach.
 """
 
+import inspect
 import os
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -226,6 +228,27 @@ def test_a_grader_in_a_smaller_cgroup_names_that_limit(tmp_path):
     assert expected in printed[0], f"the cell said {printed[0]!r}"
     assert "the memory limit (768 MB)" in out.metadata["autodiff"]["limits_hit"]
     assert "next cell ran" in printed[1]
+
+
+def test_a_pasted_copy_costs_only_the_test_that_forbids_it(tmp_path):
+    """An answer holding a pasted copy of MatMul.gradient: the test that forbids it
+    fails (as calling the library's would), and the tests after it are graded as
+    usual, not marked as tampering."""
+    import autodiff as ad
+
+    pasted = textwrap.dedent(inspect.getsource(ad.ops.linalg.MatMul.gradient))
+    answer = "import autodiff as ad\nfrom autodiff.ops.linalg import matmul\n\n" + pasted
+    forbidding = (
+        "from autodiff.grading import forbid_calls\n"
+        "with forbid_calls(ad.ops.linalg.MatMul.gradient):\n"
+        "    gradient(None, None, None)  # the student's function, which is the copy\n"
+    )
+    ran, printed = run(tmp_path, answer, forbidding, "assert 1 + 1 == 2", tests=(1, 2))
+    verdicts = [cell.metadata.get("autodiff", {}) for cell in ran.cells]
+    assert verdicts[1]["verdict"] == "failed", verdicts[1]
+    assert "MatMul.gradient, which this exercise asks you to write" in printed[1], printed[1]
+    assert verdicts[2] == {"verdict": "passed"}, f"the later test: {verdicts[2]}"
+    assert ran.metadata["autodiff"]["tampering"] == []
 
 
 def test_verdicts_come_from_the_grader(tmp_path):
