@@ -124,9 +124,15 @@ def validate(notebook: Path, sandbox: str) -> int:
         if verdict:
             name = cell.metadata.get("nbgrader", {}).get("grade_id", "?")
             detail = verdict.get("error") or "; ".join(verdict.get("findings", []))
+            if verdict.get("stopped"):
+                detail = f"this test {verdict['stopped']}"
+            detail += "".join(f"; {reason}" for reason in verdict.get("because", []))
             print(f"{name:<30} {verdict['verdict']:<10} {detail}")
             failed += verdict["verdict"] != "passed"
-    for hit in ran.metadata.get("autodiff", {}).get("limits_hit", []):
+    meta = ran.metadata.get("autodiff", {})
+    for note in meta.get("cells", []):
+        print(note)
+    for hit in meta.get("limits_hit", []):
         print(f"limit hit: {hit}")
     return 1 if failed else 0
 

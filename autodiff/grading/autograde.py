@@ -319,7 +319,8 @@ def _outcome(
     for path in sorted((executed / student).glob("*.ipynb")):
         meta = nbformat.read(path, as_version=4).metadata.get("autodiff", {})
         details += [f"limit hit: {hit}" for hit in meta.get("limits_hit", [])]
-        if meta.get("skipped"):
+        details += meta.get("cells", [])  # which cells the limits stopped, which tests failed
+        if meta.get("skipped") and not meta.get("cells"):
             details.append("a cell crashed or ran out of time (graded without it)")
         found = meta.get("tampering", [])
         if found:

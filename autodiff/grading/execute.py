@@ -20,6 +20,7 @@ restarts in a fresh sandbox, the earlier cells run again, and grading goes on.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -114,6 +115,10 @@ class GradingClient(NotebookClient):
         self.output_total = 0
         self.limit_hits: list[str] = []
         self.findings: list[str] = []
+        # The cells a limit stopped: index -> (the cell's name, why, names it defines)
+        self.stopped: dict[int, tuple[str, str, set[str]]] = {}
+        self.cell_notes: list[str] = []  # what a limit did to a cell, said to the student
+        self.grader_code = False  # the grader's own code is running (_quietly)
         # The cgroup this grader runs in: a student's server's, where she validates.
         self.own_cgroup = oom.own_cgroup()
         self.own_kills = 0  # its count of processes killed for memory at kernel start
@@ -139,19 +144,23 @@ class GradingClient(NotebookClient):
                 cell, cell_index, execution_count, store_history
             )
         except (DeadKernelError, CellTimeoutError) as error:
-            cell.outputs.append(_error_output(type(error).__name__, self._why_stopped()))
+            message, why = self._why_stopped(cell)
+            cell.outputs.append(_error_output(type(error).__name__, message))
+            self._stopped(cell, cell_index, why)
             await self._restart(cell, cell_index)
         else:
             if cell.metadata.get("autodiff_timed_out"):
                 if not any(out.output_type == "error" for out in cell.outputs):
                     cell.outputs.append(_error_output("CellTimeoutError", _TIMED_OUT))
+                self._stopped(cell, cell_index, self._timed_out())
                 # The interrupt may not have stopped it (a loop in C holds the GIL).
                 await self._restart(cell, cell_index)
-        self._note_limits(cell)
+        self._note_limits(cell, cell_index)
         if not test:
             cell.metadata.pop("autodiff_reply", None)
             return cell
         _record_verdict(cell)
+        self._say_why(cell, cell_index)
         # A hook that the student's code installed while this test ran may have
         # decided it: checked again after the test, too.
         if findings := await self._findings(cell, cell_index):
@@ -187,30 +196,80 @@ class GradingClient(NotebookClient):
         return [NO_ANSWER] if findings is None else findings
 
     async def _quietly(self, code: str, cell_index: int) -> list:
-        """Run the grader's own code in the kernel, outside the notebook's history."""
+        """Run the grader's own code in the kernel, outside the notebook's history;
+        what it prints is never counted against the cell's output limit."""
         cell = nbformat.v4.new_code_cell(code)
         real = self.nb.cells[cell_index] if self.nb.cells else None
+        self.grader_code = True
         try:
             await super().async_execute_cell(cell, cell_index, store_history=False)
         except (DeadKernelError, CellTimeoutError):
             return []
         finally:
+            self.grader_code = False
             if real is not None:
                 self.nb.cells[cell_index] = real
         return cell.outputs
 
-    def _why_stopped(self) -> str:
+    def _why_stopped(self, cell) -> tuple[str, str]:
+        """Why the kernel stopped while ``cell`` ran: the cell's error text, and the
+        words for the student ("ran longer than 60 s and was stopped")."""
         status = self.grading_km.exit_status()
         if status == 128 + 24:  # SIGXCPU
             limit = f"the CPU-time limit ({self.limits.cpu_seconds} s)"
             self.limit_hits.append(limit)
-            return f"the kernel was stopped: it hit {limit}"
+            why = f"used more than {self.limits.cpu_seconds} s of CPU time and was stopped"
+            return f"the kernel was stopped: it hit {limit}", why
+        if status == 128 + 9 and (memory := self._memory_limit_hit()):
+            self.limit_hits.append(f"the memory limit ({memory})")
+            return oom.used_too_much(memory), f"used more than {memory} of memory and was stopped"
+        if cell.metadata.get("autodiff_timed_out"):
+            return _TIMED_OUT, self._timed_out()
         if status == 128 + 9:
-            if memory := self._memory_limit_hit():
-                self.limit_hits.append(f"the memory limit ({memory})")
-                return oom.used_too_much(memory)
-            return "the kernel was killed (out of memory, or a loop that ignored interrupts)"
-        return _STOPPED
+            killed = "out of memory, or a loop that ignored interrupts"
+            return f"the kernel was killed ({killed})", f"was stopped ({killed})"
+        return _STOPPED, "stopped the kernel (exit(), a crash, or running out of memory)"
+
+    def _timed_out(self) -> str:
+        self.limit_hits.append(f"the time limit ({self.timeout} s a cell)")
+        return f"ran longer than {self.timeout} s and was stopped"
+
+    def _stopped(self, cell, cell_index: int, why: str) -> None:
+        """Remember a cell a limit stopped: the tests that use what it defines are told."""
+        if is_test(cell):
+            cell.metadata["autodiff_stopped"] = why
+            return
+        name = _cell_name(cell, cell_index)
+        self.stopped[cell_index] = (name, why, _defined_names(cell.source))
+
+    def _say_why(self, test, cell_index: int) -> None:
+        """A failed test's verdict says which limit made it fail: its own stop, or that
+        of an earlier cell whose names it uses."""
+        verdict = test.metadata.get("autodiff", {})
+        stopped = test.metadata.pop("autodiff_stopped", None)
+        if verdict.get("verdict") != "failed":
+            return
+        if stopped:
+            verdict["stopped"] = stopped
+        used = set(re.findall(r"[A-Za-z_]\w*", test.source))
+        earlier = [
+            (name, why)
+            for index, (name, why, names) in sorted(self.stopped.items())
+            if index < cell_index and names & used
+        ]
+        if earlier:
+            verdict["because"] = [f"your cell `{name}` {why}" for name, why in earlier]
+        for name, why in earlier:
+            self._tell(name, why, _cell_name(test, cell_index))
+
+    def _tell(self, name: str, why: str, test_name: str) -> None:
+        """One note a stopped cell, listing the tests it made fail."""
+        head = f"your cell `{name}` {why}, so the tests that use it could not run:"
+        for number, note in enumerate(self.cell_notes):
+            if note.startswith(head):
+                self.cell_notes[number] = f"{note}, `{test_name}`"
+                return
+        self.cell_notes.append(f"{head} `{test_name}`")
 
     def _memory_limit_hit(self) -> str | None:
         """The memory limit that got the kernel killed, in words: its sandbox's cgroup's,
@@ -255,7 +314,12 @@ class GradingClient(NotebookClient):
         return True
 
     def output(self, outs, msg, display_id, cell_index):
-        """Keep at most ``limits.output_kb`` of output a cell; say so once when cut."""
+        """Keep at most ``limits.output_kb`` of output a cell; say so once when cut.
+        The grader's own messages, and a cell's error (its verdict), always pass."""
+        if self.grader_code:
+            return super().output(outs, msg, display_id, cell_index)
+        if msg.get("msg_type") == "error":
+            return super().output(outs, _shortened(msg), display_id, cell_index)
         size = len(json.dumps(msg.get("content", {}), default=str))
         used = self.output_bytes.get(cell_index, 0) + size
         self.output_bytes[cell_index] = used
@@ -265,23 +329,38 @@ class GradingClient(NotebookClient):
             note = f"the output limit of a notebook ({NOTEBOOK_OUTPUT_CELLS} cells' worth)"
             if note not in self.limit_hits:
                 self.limit_hits.append(note)
+                self.cell_notes.append(
+                    f"your notebook printed more than {NOTEBOOK_OUTPUT_CELLS * budget // 2**20}"
+                    f" MB; from cell `{_cell_name(self.nb.cells[cell_index], cell_index)}` on,"
+                    " the rest of its output was dropped (the tests were still graded)"
+                )
             return None
         if used > budget:
             if used - size <= budget:
                 note = f"the output limit ({self.limits.output_kb} KB a cell) was hit"
                 self.limit_hits.append(note)
                 outs.append(nbformat.v4.new_output("stream", name="stdout", text=f"[{note}]\n"))
+                name = _cell_name(self.nb.cells[cell_index], cell_index)
+                self.cell_notes.append(
+                    f"your cell `{name}` printed more than {self.limits.output_kb} KB; the rest"
+                    " of its output was dropped (its tests were still graded)"
+                )
             return None
         return super().output(outs, msg, display_id, cell_index)
 
-    def _note_limits(self, cell) -> None:
+    def _note_limits(self, cell, cell_index: int) -> None:
+        """A limit the cell's error names (memory, processes, files, disk): noted, and
+        the cell counts as stopped by it."""
         for out in cell.get("outputs", []):
             if out.output_type != "error":
                 continue
             text = f"{out.get('ename')}: {out.get('evalue')}"
             for pattern, name in _LIMIT_ERRORS:
                 if re.search(pattern, text):
-                    self.limit_hits.append(name.format(limits=self.limits))
+                    limit = name.format(limits=self.limits)
+                    self.limit_hits.append(limit)
+                    if cell_index not in self.stopped:
+                        self._stopped(cell, cell_index, f"hit {limit}")
 
 
 _STOPPED = (
@@ -298,6 +377,42 @@ _LIMIT_ERRORS = [
     (r"File too large", "the file-size limit ({limits.file_size_mb} MB)"),
     (r"No space left on device", "the disk limit ({limits.disk_mb} MB)"),
 ]
+
+
+def _cell_name(cell, index: int) -> str:
+    """How the student knows a cell: its nbgrader name, or its place."""
+    return str(cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell {index + 1}")
+
+
+def _defined_names(source: str) -> set[str]:
+    """The names a cell defines at its top level (functions, classes, variables,
+    imports); by a line's start where the cell is not plain Python (magics)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        pattern = r"^(?:def|class)\s+(\w+)|^(\w+)\s*(?::[^=]*)?=(?!=)"
+        found = re.findall(pattern, source, flags=re.MULTILINE)
+        return {name for pair in found for name in pair if name}
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        else:
+            for target in ast.walk(node):
+                if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
+                    names.add(target.id)
+    return names
+
+
+def _shortened(msg: dict) -> dict:
+    """An error message of reasonable size: its name, the start of its value and the
+    end of its traceback (a student's exception can carry megabytes)."""
+    content = msg.get("content", {})
+    traceback = [str(line)[:2000] for line in content.get("traceback", [])[-20:]]
+    short = {**content, "evalue": str(content.get("evalue", ""))[:2000], "traceback": traceback}
+    return {**msg, "content": short}
 
 
 def _error_output(name: str, message: str):
@@ -394,6 +509,7 @@ def execute(
         nb.metadata.setdefault("autodiff", {})
         nb.metadata["autodiff"]["sandbox"] = sandbox.describe()
         nb.metadata["autodiff"]["limits_hit"] = sorted(set(client.limit_hits))
+        nb.metadata["autodiff"]["cells"] = client.cell_notes
         nb.metadata["autodiff"]["tampering"] = client.findings
         nb.metadata["autodiff"]["skipped"] = [
             index

@@ -152,10 +152,10 @@ class GraderFeedback(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         nb, resources = super().preprocess(nb, resources)
-        notes = nb.metadata.get("autodiff", {}).get("notes", [])
-        hits = nb.metadata.get("autodiff", {}).get("limits_hit", [])
-        lines = [f"- {_literal(note)}" for note in notes]
-        lines += [f"- limit hit: {_literal(hit)}" for hit in hits]
+        meta = nb.metadata.get("autodiff", {})
+        lines = [f"- {_literal(note)}" for note in meta.get("notes", [])]
+        lines += [f"- {_literal(note)}" for note in meta.get("cells", [])]  # limits, by cell
+        lines += [f"- limit hit: {_literal(hit)}" for hit in meta.get("limits_hit", [])]
         text = "**From the grader.** Tests show their result; run your notebook to see outputs."
         if lines:
             text += "\n\nWhat the grader noticed:\n\n" + "\n".join(lines)
@@ -202,8 +202,12 @@ def _verdict_output(verdict: dict):
     status = verdict.get("verdict")
     if status == "passed":
         text = "passed"
+    elif status == "failed" and verdict.get("stopped"):
+        text = f"failed: this test {verdict['stopped']}"
     elif status == "failed":
         text = f"failed: {verdict.get('error', 'an error')} (run the notebook to see it)"
+        for reason in verdict.get("because", []):  # a limit stopped a cell it uses
+            text += f"; {reason}, so this test could not use it"
     elif status == "tampered":
         text = (
             "not run: your code changed how the tests run (hooks, transformers or "
