@@ -14,7 +14,10 @@ not run and scores zero, with the monitor's findings. The verdict, not what the
 kernel printed, is what feedback shows.
 
 A cell that kills the kernel or runs past its time costs that cell: the kernel
-restarts in a fresh sandbox, the earlier cells run again, and grading goes on.
+restarts in a fresh sandbox, the earlier cells run again, and grading goes on. Each
+failed test that uses what a stopped cell defines names that cell and the limit it
+hit (``cells`` in the notebook's metadata, for feedback); output past a limit is
+dropped, never the grader's own messages nor a cell's error.
 """
 
 from __future__ import annotations
