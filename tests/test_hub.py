@@ -971,7 +971,7 @@ def test_a_students_page_reads_staff_pages_on_one_origin_and_not_on_her_own(hub,
     with contextlib.suppress(urllib.error.HTTPError):  # her server starts on her host
         api.call("DELETE", "/hub/api/users/alice/server")
     hub.stop()
-    hub.start(f"SUBDOMAIN_HOST={origin}")
+    hub.start(f"SUBDOMAIN_HOST={origin}")  # this module's last test: the hub stays so
     try:
         alice = log_in(browser, origin, "alice", password("alice"))
         alice.wait_for_url(f"{own}/user/alice/lab**", timeout=180_000)
@@ -993,5 +993,3 @@ def test_a_students_page_reads_staff_pages_on_one_origin_and_not_on_her_own(hub,
     finally:
         with contextlib.suppress(urllib.error.HTTPError):
             api.call("DELETE", "/hub/api/users/alice/server")
-        hub.stop()
-        hub.start()
