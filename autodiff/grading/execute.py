@@ -120,7 +120,8 @@ class GradingClient(NotebookClient):
         self.findings: list[str] = []
         # The cells a limit stopped: index -> (the cell's name, why, names it defines)
         self.stopped: dict[int, tuple[str, str, set[str]]] = {}
-        self.cell_notes: list[str] = []  # what a limit did to a cell, said to the student
+        self.failed_by: dict[int, list[str]] = {}  # a stopped cell -> the tests it failed
+        self.output_notes: list[str] = []  # cells whose output a limit cut
         self.grader_code = False  # the grader's own code is running (_quietly)
         # The cgroup this grader runs in: a student's server's, where she validates.
         self.own_cgroup = oom.own_cgroup()
@@ -256,23 +257,27 @@ class GradingClient(NotebookClient):
             verdict["stopped"] = stopped
         used = set(re.findall(r"[A-Za-z_]\w*", test.source))
         earlier = [
-            (name, why)
-            for index, (name, why, names) in sorted(self.stopped.items())
+            index for index, (_, _, names) in sorted(self.stopped.items())
             if index < cell_index and names & used
-        ]
+        ]  # fmt: skip
         if earlier:
-            verdict["because"] = [f"your cell `{name}` {why}" for name, why in earlier]
-        for name, why in earlier:
-            self._tell(name, why, _cell_name(test, cell_index))
+            verdict["because"] = [self._stopped_cell(index) for index in earlier]
+        for index in earlier:
+            self.failed_by.setdefault(index, []).append(_cell_name(test, cell_index))
 
-    def _tell(self, name: str, why: str, test_name: str) -> None:
-        """One note a stopped cell, listing the tests it made fail."""
-        head = f"your cell `{name}` {why}, so the tests that use it could not run:"
-        for number, note in enumerate(self.cell_notes):
-            if note.startswith(head):
-                self.cell_notes[number] = f"{note}, `{test_name}`"
-                return
-        self.cell_notes.append(f"{head} `{test_name}`")
+    def cell_notes(self) -> list[str]:
+        """What the limits did to cells, as the student reads it in feedback."""
+        notes = list(self.output_notes)
+        for index, tests in self.failed_by.items():
+            listed = ", ".join(f"`{test}`" for test in tests)
+            notes.append(
+                f"{self._stopped_cell(index)}, so the tests that use it could not run: {listed}"
+            )
+        return notes
+
+    def _stopped_cell(self, index: int) -> str:
+        name, why, _ = self.stopped[index]
+        return f"your cell `{name}` {why}"
 
     def _memory_limit_hit(self) -> str | None:
         """The memory limit that got the kernel killed, in words: its sandbox's cgroup's,
@@ -332,7 +337,7 @@ class GradingClient(NotebookClient):
             note = f"the output limit of a notebook ({NOTEBOOK_OUTPUT_CELLS} cells' worth)"
             if note not in self.limit_hits:
                 self.limit_hits.append(note)
-                self.cell_notes.append(
+                self.output_notes.append(
                     f"your notebook printed more than {NOTEBOOK_OUTPUT_CELLS * budget // 2**20}"
                     f" MB; from cell `{_cell_name(self.nb.cells[cell_index], cell_index)}` on,"
                     " the rest of its output was dropped (the tests were still graded)"
@@ -344,7 +349,7 @@ class GradingClient(NotebookClient):
                 self.limit_hits.append(note)
                 outs.append(nbformat.v4.new_output("stream", name="stdout", text=f"[{note}]\n"))
                 name = _cell_name(self.nb.cells[cell_index], cell_index)
-                self.cell_notes.append(
+                self.output_notes.append(
                     f"your cell `{name}` printed more than {self.limits.output_kb} KB; the rest"
                     " of its output was dropped (its tests were still graded)"
                 )
@@ -512,7 +517,7 @@ def execute(
         nb.metadata.setdefault("autodiff", {})
         nb.metadata["autodiff"]["sandbox"] = sandbox.describe()
         nb.metadata["autodiff"]["limits_hit"] = sorted(set(client.limit_hits))
-        nb.metadata["autodiff"]["cells"] = client.cell_notes
+        nb.metadata["autodiff"]["cells"] = client.cell_notes()
         nb.metadata["autodiff"]["tampering"] = client.findings
         nb.metadata["autodiff"]["skipped"] = [
             index

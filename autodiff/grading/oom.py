@@ -16,9 +16,15 @@ from pathlib import Path
 ROOT = Path("/sys/fs/cgroup")
 
 
+def unified() -> bool:
+    """Whether this machine's cgroups are v2's single hierarchy (else v1's, one a
+    controller)."""
+    return (ROOT / "cgroup.controllers").exists()
+
+
 def own_cgroup() -> Path | None:
     """The folder of the memory cgroup this process is in; None where there is none."""
-    v2 = (ROOT / "cgroup.controllers").exists()
+    v2 = unified()
     with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, controllers, path = line.split(":", 2)

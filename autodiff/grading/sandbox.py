@@ -300,7 +300,7 @@ class Cgroup:
     of its own, ``DELEGATED`` (``delegate``), in which it makes its sandboxes' cgroups
     the same way, and nothing else of the machine's."""
 
-    ROOT = Path("/sys/fs/cgroup")
+    ROOT = oom.ROOT
     DELEGATED = "autodiff-grading"
 
     def __init__(self, folders: list[Path]):
@@ -327,7 +327,7 @@ class Cgroup:
         """The folders a cgroup is made in: the hierarchies themselves for root, the
         delegated cgroup in each for another account; empty where pids and memory
         cannot both be capped (cpu is left out where it cannot)."""
-        if os.geteuid() != 0 and (cls.ROOT / "cgroup.controllers").exists():
+        if os.geteuid() != 0 and oom.unified():
             # v2 lets a process move only between cgroups below one it may write, and
             # the grading account's server starts in the hub's: not delegated there
             return []
@@ -348,7 +348,7 @@ class Cgroup:
         or v2: see ``_bases``), and grading caps each process with rlimits instead."""
         if os.geteuid() != 0 or not cls._hierarchies():
             return False
-        if (cls.ROOT / "cgroup.controllers").exists():
+        if oom.unified():
             return False
         for base in cls._hierarchies(cores=True):
             folder = base / cls.DELEGATED
