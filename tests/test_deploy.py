@@ -1,4 +1,4 @@
-"""The class past one machine (deploy/z2jh/, docs/scaling.md): Zero to JupyterHub's Helm
+"""The class past one machine (deploy/z2jh/, docs/instructors/scaling.md): Zero to JupyterHub's Helm
 values, the single-user image's Dockerfile, the exchange's volume.
 
 Nothing here can run Kubernetes or build an image, so these checks read the files: the

@@ -362,7 +362,7 @@ def test_a_week_of_the_class_on_the_hub(hub, browser):
             points = scores[student].split(" / ")[0] + ".0"
             assert score(shown) == (points, "25.0"), f"{student} was shown {score(shown)}"
 
-        sizes = {  # for docs/scaling.md
+        sizes = {  # for docs/instructors/scaling.md
             "submission KB": {
                 e.name.split("+")[0]: _kb(e) for e in (exchange / "inbound").iterdir()
             },
@@ -950,7 +950,7 @@ def what_a_students_page_reads(staff, page_url: str, targets: dict[str, str]) ->
 def test_a_students_page_reads_staff_pages_on_one_origin_and_not_on_her_own(hub, browser):
     """A student's server runs her programs, so at her address it can answer with a
     page of hers. On the hub's one origin (the default), that page reads prof's hub
-    pages and the Formgrader in prof's browser: the hole docs/hub-security.md names.
+    pages and the Formgrader in prof's browser: the hole docs/instructors/hub-security.md names.
     With ``SUBDOMAIN_HOST`` each server has a host of its own: the same page reads
     nothing of prof's, while alice's JupyterLab and prof's Formgrader work."""
     api = HubAPI(hub.url, admin_token(browser, hub.url))

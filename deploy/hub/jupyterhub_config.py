@@ -128,7 +128,7 @@ hub_setup.write_accounts(EXCHANGE, c.CourseSpawner.account_prefix)
 c.CourseSpawner.disk_mb = int(os.environ.get("HUB_DISK_MB", "2048"))
 c.CourseSpawner.exchange = str(EXCHANGE / "autodiff")
 # Students' accounts have no login shell; this group of theirs is for the machine's
-# sshd (DenyGroups) and cron (docs/hub-security.md).
+# sshd (DenyGroups) and cron (docs/instructors/hub-security.md).
 c.CourseSpawner.group = hub_setup.students_group(
     os.environ.get("HUB_STUDENTS_GROUP", "autodiff-students")
 )
