@@ -1,4 +1,5 @@
-"""The README's figures: ``make figures`` (or ``python docs/figures.py``) draws them again.
+"""The figures of docs/lecturers.md: ``make figures`` (or ``python docs/figures.py``) draws
+them again.
 
 Each is drawn by the WebAssembly Graphviz that ``pip install`` brings, so the files are
 the same on every machine; ``tests/test_readme_figures.py`` checks that they still say

@@ -108,29 +108,29 @@ def test_jvp_and_vjp_are_transposes(case):
     np.testing.assert_allclose(dual_jv, jv, rtol=1e-12, atol=1e-14)
 
 
-# -- the README section says what the code does ----------------------------------------------
+# -- the students' page says what the code does ---------------------------------------------
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+STUDENTS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "students.md"
 
 
 def _four_ways_section():
-    text = README.read_text().split("## The four ways to differentiate", 1)[1]
+    text = STUDENTS.read_text().split("## The four ways to differentiate", 1)[1]
     return text.split("\n## ", 1)[0]
 
 
-def test_readme_four_ways_blocks_run_and_show_real_results():
+def test_the_four_ways_blocks_run_and_show_real_results():
     section = _four_ways_section()
     blocks = [part.split("```")[0] for part in section.split("```python")[1:]]
     namespace = {}
     for block in blocks:
         if "plt." not in block:  # the plotting lines need matplotlib and a figure
-            exec(compile(block, "README.md (four ways)", "exec"), namespace)
+            exec(compile(block, "docs/students.md (four ways)", "exec"), namespace)
     dual_line = next(line for line in section.splitlines() if line.startswith("dual = "))
     assert dual_line.split("# ", 1)[1].strip() == repr(namespace["dual"])
     assert [float(namespace["dx"].value), float(namespace["dy"].value)] == [24.0, 10.0]
 
 
-def test_readme_best_steps_central_near_1e_5_forward_near_1e_8():
+def test_the_best_steps_central_near_1e_5_forward_near_1e_8():
     section = " ".join(_four_ways_section().split())
     assert "below about h = 1e-5" in section and "best near h = 1e-8" in section
     curve = numerical.error_curve(np.sin, np.cos, 1.0)

@@ -45,23 +45,23 @@ def test_generated_paths_are_ignored():
         assert path in ignored
 
 
-def run_readme_example(section: str) -> dict:
-    """Run the first python code block under README's ``## section``; its names."""
-    readme = (ROOT / "README.md").read_text()
-    code = readme.split(f"## {section}", 1)[1].split("```python", 1)[1].split("```")[0]
+def run_example(page: str, section: str) -> dict:
+    """Run the first python code block under ``## section`` of a page; its names."""
+    text = (ROOT / page).read_text()
+    code = text.split(f"## {section}", 1)[1].split("```python", 1)[1].split("```")[0]
     namespace: dict = {}
-    exec(compile(code, f"README.md ({section})", "exec"), namespace)
+    exec(compile(code, f"{page} ({section})", "exec"), namespace)
     return namespace
 
 
 def test_the_readme_tour_runs():
-    namespace = run_readme_example("A tour of the API")
+    namespace = run_example("README.md", "A tour of the API")
     assert float(namespace["dy"].value) == pytest.approx(0.0770037537)
     assert namespace["dw_value"].shape == (3, 2)
 
 
-def test_the_readme_four_ways_runs():
-    namespace = run_readme_example("The four ways to differentiate")
+def test_the_four_ways_example_runs():
+    namespace = run_example("docs/students.md", "The four ways to differentiate")
     assert str(namespace["simple"]) == "2*x*y"
     assert namespace["dual"].value == 42.0 and namespace["dual"].tangent == 24.0
     assert namespace["jac"].tolist() == [24.0, 10.0]
@@ -71,8 +71,8 @@ def test_the_readme_four_ways_runs():
     assert swell["derivative"][-1] > 10 * swell["gradient_graph"][-1]
 
 
-def test_the_readme_training_example_runs():
-    namespace = run_readme_example("Training, on the CPU or the GPU")
+def test_the_training_example_runs():
+    namespace = run_example("docs/students.md", "Training")
     assert (
         namespace["nn"].accuracy(namespace["model"], namespace["x_test"], namespace["y_test"])
         > 0.95
@@ -80,16 +80,16 @@ def test_the_readme_training_example_runs():
     assert len(namespace["history"].epoch_loss) == 10
 
 
-def test_the_readme_memory_example_runs(capsys):
-    namespace = run_readme_example("Memory: planning, checkpointing, parallel levels")
+def test_the_memory_example_runs(capsys):
+    namespace = run_example("docs/system.md", "Memory: planning, checkpointing, parallel levels")
     assert namespace["plain"].peak_bytes > 9 * namespace["planned"].peak_bytes
     assert "in place over step" in capsys.readouterr().out
     plain_value = namespace["ad"].evaluate(namespace["dx"], namespace["feed"])
     assert np.array_equal(namespace["grad"], plain_value)
 
 
-def test_the_readme_fusion_example_runs(capsys):
-    namespace = run_readme_example("Kernel fusion")
+def test_the_fusion_example_runs(capsys):
+    namespace = run_example("docs/system.md", "Kernel fusion")
     report = namespace["report"]
     assert (report.nodes_before, report.nodes_after) == (27, 9)
     assert "2 groups of 18 ops" in capsys.readouterr().out

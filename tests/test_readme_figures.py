@@ -1,6 +1,6 @@
-"""The README's figures (docs/figures/, drawn by docs/figures.py): still what the code
-draws, and, for the classic ones, still looking like their golden images (PNG, drawn
-without a system Graphviz), within a tolerance for fonts and antialiasing."""
+"""The figures of docs/lecturers.md (docs/figures/, drawn by docs/figures.py): still what
+the code draws, and, for the classic ones, still looking like their golden images (PNG,
+drawn without a system Graphviz), within a tolerance for fonts and antialiasing."""
 
 import importlib.util
 import io
@@ -34,12 +34,12 @@ def texts(svg: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", list(FIGURES))
-def test_the_readme_figures_say_what_the_code_draws(name):
+def test_the_figures_say_what_the_code_draws(name):
     drawing = FIGURES[name]()
     drawing.renderer = "wasm"
     committed = (ROOT / "docs" / "figures" / f"{name}.svg").read_text()
     assert texts(committed) == texts(drawing.svg()), f"docs/figures/{name}.svg: run make figures"
-    assert f"docs/figures/{name}.svg" in (ROOT / "README.md").read_text()
+    assert f"(figures/{name}.svg)" in (ROOT / "docs" / "lecturers.md").read_text()
 
 
 def blocks(png: bytes, size) -> np.ndarray:
