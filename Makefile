@@ -1,8 +1,8 @@
 # The kit's commands. Everything runs inside .venv, made once from any Python >= 3.11.
 #   make lab    open the course in JupyterLab        make test   run every test
 #   make bench  run the speed comparisons             make lint   ruff + mypy
-#   make figures  draw the README's figures again (docs/figures/)
-# Grading (README.md, "Grading"): make release (also to the nbgrader exchange), collect
+#   make figures  draw the figures of docs/lecturers.md again (docs/figures/)
+# Grading (docs/instructors/): make release (also to the nbgrader exchange), collect
 #   (the exchange, or ZIP=... an LMS download), autograde, feedback, grades, restore
 #   (copies of the gradebook and of folders); make student-kit: what students get;
 #   make hub: a JupyterHub for the class on this machine (as root)
@@ -97,7 +97,7 @@ restore: $(VENV)/.installed-course
 student-kit: $(VENV)/.installed-course
 	$(GRADE) kit
 
-# --- a JupyterHub for the class on this machine (README.md, "Running a course") ---
+# --- a JupyterHub for the class on this machine (docs/instructors/hub.md) ---
 # As root: every student's server runs as a system account of its own. HUB_STATE (hub/)
 # holds the hub's database and secrets, the proxy, the students' environment, their
 # homes and the exchange. ROSTER=file of student ids, INSTRUCTORS=a,b and TAS=c name

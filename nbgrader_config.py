@@ -1,8 +1,8 @@
 """nbgrader configuration: the repository root is the course directory.
 
 Instructor notebooks live in solutions/<assignment>/, `make release` writes the
-student versions to assignments/, and the Makefile drives the rest (README.md,
-"Grading").
+student versions to assignments/, and the Makefile drives the rest
+(docs/instructors/grading.md).
 """
 
 import os

@@ -1,4 +1,4 @@
-"""JupyterHub for the course on one machine: ``make hub`` (README, "Running a course").
+"""JupyterHub for the course on one machine: ``make hub`` (docs/instructors/hub.md).
 
 Every setting of the hub is in this file. What differs from class to class comes from
 the environment, which the Makefile passes on:
