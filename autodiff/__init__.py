@@ -8,30 +8,13 @@
 0.077
 """
 
-from . import (
-    backend,
-    checkpoint,
-    data,
-    executor,
-    forward,
-    functional,
-    fusion,
-    graph,
-    memory,
-    nn,
-    numerical,
-    ops,
-    optim,
-    parallel,
-    passes,
-    static_shapes,
-    symbolic,
-    viz,
-)
-from .executor import Executor, evaluate
-from .functional import grad, jvp, value_and_grad, vjp
-from .gradients import gradients, jvp_graph
-from .graph import (
+import sys
+
+from . import ops
+from .core import backend, executor, graph, schedule
+from .core.executor import Executor, evaluate
+from .core.gradients import gradients, jvp_graph
+from .core.graph import (
     AutodiffError,
     DeviceError,
     DomainError,
@@ -46,9 +29,35 @@ from .graph import (
     find_topo_sort,
     tensor,
 )
-from .numerical import check_grads
+from .drawing import expression, renderer, viz
 from .ops import *  # noqa: F403  (every op function: ad.exp, ad.matmul, ...)
 from .ops import __all__ as _op_names
+from .other_ways import algebra, forward, functional, numerical, simplification, symbolic
+from .other_ways.functional import grad, jvp, value_and_grad, vjp
+from .other_ways.numerical import check_grads
+from .system import (
+    capture,
+    checkpoint,
+    compiled,
+    fusion,
+    gradient_cache,
+    memory,
+    parallel,
+    passes,
+    static_shapes,
+)
+from .training import data, nn, optim
+
+# Each module also answers to its short name, as lectures and notebooks write it:
+# ``ad.viz.draw``, ``from autodiff import passes``, ``from autodiff.symbolic import diff``.
+for _module in (
+    backend, executor, graph, schedule, expression, renderer, viz, algebra, forward,
+    functional, numerical, simplification, symbolic, capture, checkpoint, compiled, fusion,
+    gradient_cache, memory, parallel, passes, static_shapes, data, nn, optim,
+):  # fmt: skip
+    sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
+sys.modules[f"{__name__}.gradients"] = sys.modules[f"{__name__}.core.gradients"]
+del _module
 
 __version__ = "0.1.0"
 

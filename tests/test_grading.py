@@ -143,7 +143,7 @@ def test_a_copy_of_the_reference_is_caught(copy):
     gradients = copy()
     assert gradients is not ad.gradients
     x = ad.tensor(2.0)
-    with pytest.raises(AssertionError, match="your code called autodiff.gradients.gradients"):
+    with pytest.raises(AssertionError, match="your code called autodiff.gradients, which"):
         with forbid_calls(ad.gradients):
             gradients(x * x, [x])
 

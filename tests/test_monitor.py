@@ -190,8 +190,8 @@ LIBRARIES = [
     ),
     ("import math\nmath.isclose = lambda *a, **k: True", "math.isclose was replaced"),
     ("import autodiff as ad\nad.gradients = lambda *a, **k: []", "autodiff.gradients was replaced"),
-    ("ad.Node.__mul__ = lambda a, b: a", "autodiff.graph.Node.__mul__ was replaced"),
-    ("ad.Node.__eq__ = lambda a, b: True", "autodiff.graph.Node.__eq__ was replaced"),
+    ("ad.Node.__mul__ = lambda a, b: a", "autodiff.core.graph.Node.__mul__ was replaced"),
+    ("ad.Node.__eq__ = lambda a, b: True", "autodiff.core.graph.Node.__eq__ was replaced"),
     (
         "import autodiff.grading, contextlib\n"
         "autodiff.grading.forbid_calls = lambda *a, **k: contextlib.nullcontext()",

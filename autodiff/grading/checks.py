@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
-from ..graph import Node
+from ..core import backend
+from ..core.graph import Node
 
 
 def _in_notebook(filename: str) -> bool:

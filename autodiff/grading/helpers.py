@@ -14,7 +14,7 @@ message that says what was called.
 >>> with forbid_calls(ad.gradients):  # doctest: +ELLIPSIS
 ...     my_gradients(x * x, [x])
 Traceback (most recent call last):
-AssertionError: your code called autodiff.gradients.gradients, ...
+AssertionError: your code called autodiff.gradients, ...
 """
 
 from __future__ import annotations
@@ -50,8 +50,17 @@ def _code_objects(target: Any) -> dict[types.CodeType, str]:
         code = getattr(function, "__code__", None)
         if code is None:
             raise TypeError(f"forbid_calls: cannot watch {target!r}; pass Python functions")
-        codes[code] = f"{function.__module__}.{function.__qualname__}"
+        codes[code] = _public_name(function)
     return codes
+
+
+def _public_name(function: Any) -> str:
+    """The name a student knows a function by: ``autodiff.gradients`` where the package
+    exports it, else where it is defined (``autodiff.ops.linalg.MatMul.gradient``)."""
+    module, name = str(function.__module__), str(function.__qualname__)
+    package = module.partition(".")[0]
+    exported = getattr(sys.modules.get(package), name, None)
+    return f"{package}.{name}" if exported is function else f"{module}.{name}"
 
 
 # Lines of code from which a copy of a forbidden function is caught too. Shorter

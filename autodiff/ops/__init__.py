@@ -4,7 +4,7 @@ Importing this package fills ``Op.registry`` (every op class registers itself) a
 table of Node's operators (``graph.OPERATORS``: ``x + y`` calls ``add``).
 """
 
-from ..graph import OPERATORS
+from ..core.graph import OPERATORS
 from .conv import avg_pool2d, col2im, conv2d, dropout, dropout_mask, im2col, max_pool2d
 from .elementwise import (
     abs,
@@ -39,15 +39,7 @@ from .elementwise import (
     where,
     zeros_like,
 )
-from .indexing import (
-    concatenate,
-    getitem,
-    place_part,
-    scatter_like,
-    split,
-    split_part,
-    stack,
-)
+from .indexing import concatenate, getitem, place_part, scatter_like, split, split_part, stack
 from .linalg import matmul
 from .losses import one_hot, softmax_cross_entropy, softmax_cross_entropy_composed
 from .normalization import batch_norm, layer_norm

@@ -24,10 +24,10 @@ Images are NCHW: (batch, channels, height, width); kernels (F, C, KH, KW).
 
 from __future__ import annotations
 
-from .. import backend
-from ..backend import namespace
-from ..graph import DomainError, Node, Op, ShapeError, Spec, as_node, named
-from ..static_shapes import UNKNOWN, Signatures, has_rank, is_symbol
+from ..core import backend
+from ..core.backend import namespace
+from ..core.graph import DomainError, Node, Op, ShapeError, Spec, as_node, named
+from ..system.static_shapes import UNKNOWN, Signatures, has_rank, is_symbol
 from .linalg import matmul
 from .reductions import max, mean
 from .shape import reshape, transpose

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..backend import broadcast_shapes as broadcast_shapes_of
-from ..backend import device_of, is_weak_scalar, namespace, weak_number
-from ..backend import result_dtype as numpy_result_dtype
-from ..graph import DomainError, Node, Op, ShapeError, Spec, describe
-from ..static_shapes import broadcast_shapes, result_dtype
+from ..core.backend import broadcast_shapes as broadcast_shapes_of
+from ..core.backend import device_of, is_weak_scalar, namespace, weak_number
+from ..core.backend import result_dtype as numpy_result_dtype
+from ..core.graph import DomainError, Node, Op, ShapeError, Spec, describe
+from ..system.static_shapes import broadcast_shapes, result_dtype
 
 
 class Elementwise(Op, register=False):

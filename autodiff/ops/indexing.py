@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import namespace, to_device
-from ..graph import Node, Op, ShapeError, Spec, named
-from ..static_shapes import UNKNOWN, has_rank, is_static, result_dtype
+from ..core.backend import namespace, to_device
+from ..core.graph import Node, Op, ShapeError, Spec, named
+from ..system.static_shapes import UNKNOWN, has_rank, is_static, result_dtype
 from .elementwise import zeros_like
 from .shape import expand_dims, shape_of
 

@@ -13,9 +13,9 @@ import functools
 
 import numpy as np
 
-from ..backend import check_later, device_of, is_floating, namespace
-from ..graph import DomainError, DTypeError, Node, Op, ShapeError, Spec, named
-from ..static_shapes import UNKNOWN, is_symbol, result_dtype, same
+from ..core.backend import check_later, device_of, is_floating, namespace
+from ..core.graph import DomainError, DTypeError, Node, Op, ShapeError, Spec, named
+from ..system.static_shapes import UNKNOWN, is_symbol, result_dtype, same
 from .reductions import count, log_softmax, logsumexp_values, softmax, sum
 from .shape import shape_of
 

@@ -17,7 +17,7 @@ each example, batch norm over the examples (and pixels) of each channel.
 
 from __future__ import annotations
 
-from ..graph import Node, ShapeError, as_node, named
+from ..core.graph import Node, ShapeError, as_node, named
 from .conv import static_shape
 from .elementwise import sqrt
 from .reductions import mean

@@ -39,11 +39,11 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backend
-from .backend import is_weak_scalar
-from .graph import Constant, Node, TensorLeaf, constant, deferred, find_topo_sort
-from .ops import elementwise as ew
-from .ops import shape as shape_ops
+from ..core import backend
+from ..core.backend import is_weak_scalar
+from ..core.graph import Constant, Node, TensorLeaf, constant, deferred, find_topo_sort
+from ..ops import elementwise as ew
+from ..ops import shape as shape_ops
 from .static_shapes import Signatures
 
 Rule = Callable[[Node], "Node | None"]

@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backend
-from .graph import describe
-from .scheduling import Step
-from .straight_line import INPUT_ERRORS, kernel
+from ..core import backend
+from ..core.graph import describe
+from ..core.schedule import Step
+from .compiled import INPUT_ERRORS, kernel
 
 RECORDINGS_KEPT = 4  # the latest, by their keys (a training loop's last batch is smaller)
 RECORDINGS_BEFORE_GIVING_UP = 8  # after which the Executor runs compiled

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import backend
-from .graph import Node, TensorLeaf
+from ..core import backend
+from ..core.graph import Node, TensorLeaf
 
 
 class Optimizer:

@@ -24,18 +24,19 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import backend, fusion, passes
-from .capture import Capture, CaptureReport
-from .fusion import FusionReport
+from ..system import fusion, passes
+from ..system.capture import Capture, CaptureReport
+from ..system.compiled import StraightLine
+from ..system.fusion import FusionReport
+from ..system.parallel import Event, ParallelRun, as_workers, widest_level
+from ..system.passes import OptimizeReport
+from . import backend
 from .gradients import check_fixed_shapes, fixed_shapes
 from .graph import Node, Placeholder, TensorLeaf, describe, find_topo_sort
-from .parallel import Event, ParallelRun, as_workers, widest_level
-from .passes import OptimizeReport
-from .scheduling import Compute, fill_leaves, resolve_feeds, run_schedule, schedule
-from .straight_line import StraightLine
+from .schedule import Compute, fill_leaves, resolve_feeds, run_schedule, schedule
 
 if TYPE_CHECKING:
-    from .memory import MemoryPlan
+    from ..system.memory import MemoryPlan
 
 
 class Executor:

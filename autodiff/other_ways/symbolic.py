@@ -29,8 +29,11 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from . import backend, ops
-from .algebra import (  # the expression trees; symbolic's users find them here too
+from .. import ops
+from ..core import backend
+from ..core.gradients import gradients
+from ..core.graph import Node, Variable, constant, find_topo_sort, tensor
+from .algebra import (
     FUNCTIONS,
     Expr,
     Number,
@@ -48,8 +51,6 @@ from .algebra import (  # the expression trees; symbolic's users find them here 
     tanh,
     to_string,
 )
-from .gradients import gradients
-from .graph import Node, Variable, constant, find_topo_sort, tensor
 from .simplification import simplify
 
 # -- differentiation: the textbook rules ---------------------------------------------------

@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import backend
-from .graph import Node, Placeholder, Spec, find_topo_sort
+from ..core import backend
+from ..core.graph import Node, Placeholder, Spec, find_topo_sort
 
 
 class Unknown:

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backend
-from .graph import Node
-from .scheduling import Compute, Step
+from ..core import backend
+from ..core.graph import Node
+from ..core.schedule import Compute, Step
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backend
-from .graph import Node, ShapeError, Spec, find_topo_sort, spec_of
-from .graph import levels as levels  # lecture 5's ad.memory.levels; it lives with the graph
-from .scheduling import resolve_feeds
+from ..core import backend
+from ..core.graph import Node, ShapeError, Spec, find_topo_sort, spec_of
+from ..core.graph import levels as levels  # lecture 5's ad.memory.levels; it lives with the graph
+from ..core.schedule import resolve_feeds
 
 Interval = tuple[int, int]  # (first step, last step), both included
 

@@ -15,8 +15,8 @@ import difflib
 import inspect
 from collections.abc import Callable
 
-from . import ops
-from .graph import Node, Variable, constant
+from .. import ops
+from ..core.graph import Node, Variable, constant
 
 FUNCTIONS: dict[str, Callable[..., Node]] = {
     name: getattr(ops, name)

@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import backend
-from .gradients import gradients, jvp_graph
-from .graph import Node, constant, tensor
-from .ops import sum
+from ..core import backend
+from ..core.gradients import gradients, jvp_graph
+from ..core.graph import Node, constant, tensor
+from ..ops import sum
 
 # Named tolerances (rtol, atol) for check_grads, by dtype. float16 keeps about 3 digits,
 # and each op of a derivative rounds again: a few of its eps (9.8e-4) per op.

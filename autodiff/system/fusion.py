@@ -40,9 +40,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backend
-from .gradients import forward_pass, reverse_pass
-from .graph import (
+from ..core import backend
+from ..core.gradients import forward_pass, reverse_pass
+from ..core.graph import (
     Constant,
     Node,
     Op,
@@ -53,9 +53,9 @@ from .graph import (
     find_topo_sort,
     spec_of,
 )
-from .ops.elementwise import Elementwise, OnesLike, ZerosLike
+from ..core.schedule import last_reads, run_schedule
+from ..ops.elementwise import Elementwise, OnesLike, ZerosLike
 from .passes import PassReport, check_outputs, copy_node, count_nodes
-from .scheduling import last_reads, run_schedule
 
 # The most ops in one kernel: longer runs are cut into several (compile time grows with
 # the kernel's length, and a run of thousands would gain nothing more).

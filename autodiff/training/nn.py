@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from . import backend, data
-from .executor import Executor
-from .gradients import collector_paused, gradients
-from .graph import Node, ShapeError, TensorLeaf, Variable, constant, tensor
-from .ops import (
+from ..core import backend
+from ..core.executor import Executor
+from ..core.gradients import collector_paused, gradients
+from ..core.graph import Node, ShapeError, TensorLeaf, Variable, constant, tensor
+from ..ops import (
     avg_pool2d,
     conv2d,
     count,
@@ -45,7 +45,8 @@ from .ops import (
     sqrt,
     tanh,
 )
-from .ops.conv import static_shape
+from ..ops.conv import static_shape
+from . import data
 
 
 class Module:

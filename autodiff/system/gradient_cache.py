@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from . import backend
-from .graph import Node, find_topo_sort, new_serial
-from .straight_line import kernel
+from ..core import backend
+from ..core.graph import Node, find_topo_sort, new_serial
+from .compiled import kernel
 
 MAX_PROGRAMS = 64  # structures kept, least recently used first out
 _programs: OrderedDict[StructureKey, GradientProgram] = OrderedDict()

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .gradients import gradients, jvp_graph
-from .graph import Node, constant, tensor
+from ..core.gradients import gradients, jvp_graph
+from ..core.graph import Node, constant, tensor
 
 
 def _as_leaf(value) -> Node:

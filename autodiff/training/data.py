@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import backend
+from ..core import backend
 
 DATA_DIR = Path(__file__).parent / "datasets"
 

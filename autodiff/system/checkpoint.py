@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable, Sequence
 from weakref import WeakKeyDictionary
 
-from .graph import Node, find_topo_sort
+from ..core.graph import Node, find_topo_sort
 
 # The copies that checkpointing recomputes (weakly held: they go with their graph).
 _copies: WeakKeyDictionary[Node, Node] = WeakKeyDictionary()  # copy: what it copies

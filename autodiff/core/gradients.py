@@ -22,9 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from ..ops import ones_like, sum_to_like, zeros_like
+from ..system.checkpoint import Recomputation, choose_checkpoints
+from ..system.gradient_cache import (
+    cached_gradients,
+    check_not_released,
+    enabled,
+    intermediates,
+    released,
+)
+from ..system.static_shapes import Signatures
 from . import backend
-from .checkpoint import Recomputation, choose_checkpoints
-from .gradient_cache import cached_gradients, check_not_released, enabled, intermediates, released
 from .graph import (
     OPERATORS,
     Constant,
@@ -36,9 +44,7 @@ from .graph import (
     deferred,
     find_topo_sort,
 )
-from .ops import ones_like, sum_to_like, zeros_like
-from .scheduling import fill_values
-from .static_shapes import Signatures
+from .schedule import fill_values
 
 
 @contextmanager

@@ -15,8 +15,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from .backend import is_weak_scalar, numbers_as_arrays
-from .scheduling import Step
+from ..core.backend import is_weak_scalar, numbers_as_arrays
+from ..core.schedule import Step
 
 # What an op raises on inputs it cannot take (NumPy's and ours). The compiled function
 # lets these through to a checked run, which explains them; any other error

@@ -35,12 +35,13 @@ from typing import Any
 
 import graphviz
 
-from . import backend, renderer
-from .checkpoint import choose_checkpoints, is_recomputed, original_of
-from .executor import Executor
-from .gradients import AdjointStep, gradients
-from .graph import Constant, Node, find_topo_sort, levels
-from .memory import MemoryPlan
+from ..core import backend
+from ..core.executor import Executor
+from ..core.gradients import AdjointStep, gradients
+from ..core.graph import Constant, Node, find_topo_sort, levels
+from ..system.checkpoint import choose_checkpoints, is_recomputed, original_of
+from ..system.memory import MemoryPlan
+from . import renderer
 
 INK = "#334155"  # forward graph
 GRADIENT = "#c2410c"  # gradient graph: nodes, edges and text
