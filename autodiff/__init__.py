@@ -11,9 +11,8 @@
 import sys
 
 from . import ops
-from .core import backend, executor, graph, schedule
-from .core.executor import Executor, evaluate
-from .core.gradients import gradients, jvp_graph
+from .core import backend, graph, schedule
+from .core.gradients import jvp_graph
 from .core.graph import (
     AutodiffError,
     DeviceError,
@@ -39,13 +38,17 @@ from .system import (
     capture,
     checkpoint,
     compiled,
+    executor,
     fusion,
     gradient_cache,
     memory,
     parallel,
     passes,
+    slots,
     static_shapes,
 )
+from .system.executor import Executor, evaluate
+from .system.gradients import gradients
 from .training import data, nn, optim
 
 # Each module also answers to its short name, as lectures and notebooks write it:
@@ -53,10 +56,10 @@ from .training import data, nn, optim
 for _module in (
     backend, executor, graph, schedule, expression, renderer, viz, algebra, forward,
     functional, numerical, simplification, symbolic, capture, checkpoint, compiled, fusion,
-    gradient_cache, memory, parallel, passes, static_shapes, data, nn, optim,
+    gradient_cache, memory, parallel, passes, slots, static_shapes, data, nn, optim,
 ):  # fmt: skip
     sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
-sys.modules[f"{__name__}.gradients"] = sys.modules[f"{__name__}.core.gradients"]
+sys.modules[f"{__name__}.gradients"] = sys.modules[f"{__name__}.system.gradients"]
 del _module
 
 __version__ = "0.1.0"

@@ -312,8 +312,8 @@ COPY_REFERENCE = """\
 import importlib
 import inspect
 
-_engine = importlib.import_module("autodiff.gradients")
-_copy = {"__name__": "autodiff.gradients", "__package__": "autodiff"}
+_engine = importlib.import_module("autodiff.core.gradients")
+_copy = {"__name__": "autodiff.core.gradients", "__package__": "autodiff.core"}
 exec(compile("\\n" * 3 + inspect.getsource(_engine), _engine.__file__, "exec"), _copy)
 
 

@@ -421,7 +421,7 @@ off_grid = st.integers(-4, 4).map(lambda k: k / 2 + 0.25)  # they differ by >= 0
 positive = floats(0.5, 3.0)
 
 
-# -- elementwise (issue 19) -----------------------------------------------------------------
+# -- more elementwise ops --------------------------------------------------------------------
 
 
 @st.composite
@@ -498,7 +498,7 @@ OP_CASES = {
     "softmax_cross_entropy": cross_entropies(),
     "softmax_cross_entropy_gradient": cross_entropy_gradients(),
     "fused": fused_ops(),
-    # elementwise (issue 19)
+    # more elementwise ops
     "abs": unary(ad.abs, np.abs, away_from_zero()),
     "minimum": binary(ad.minimum, np.minimum, off_grid, grid),
     "where": st.one_of(wheres(), wheres_by_comparison()),
@@ -512,7 +512,7 @@ OP_CASES = {
     "less_equal": comparisons(ad.less_equal, np.less_equal),
     "greater": comparisons(ad.greater, np.greater),
     "greater_equal": comparisons(ad.greater_equal, np.greater_equal),
-    # reductions and convolution (issue 19)
+    # reductions, convolution, normalisation
     "max": extrema(ad.max, np.max),
     "min": extrema(ad.min, np.min),
     "tie_weights": ties(),
@@ -523,7 +523,7 @@ OP_CASES = {
     "col2im": col2ims(),
 }
 
-# -- indexing, joining and axes (issue 19) ------------------------------------------------
+# -- indexing, joining and axes ----------------------------------------------------------
 
 
 @st.composite

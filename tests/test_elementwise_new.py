@@ -1,6 +1,7 @@
-"""The elementwise ops of issue 19 where the registry-wide checks (test_ops.py) cannot
-look: at the kinks (abs at 0, clip at its bounds, minimum's ties), where's broadcast
-gradients, the comparisons' booleans and their error, and Node's operators."""
+"""The elementwise ops (abs, clip, where, the comparisons, ...) where the registry-wide
+checks (test_ops.py) cannot look: at the kinks (abs at 0, clip at its bounds, minimum's
+ties), where's broadcast gradients, the comparisons' booleans and their error, and
+Node's operators."""
 
 import numpy as np
 import pytest

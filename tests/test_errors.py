@@ -24,7 +24,7 @@ def test_matmul_shape_mismatch_names_the_op_and_both_shapes():
 
 
 def test_matmul_of_a_vector_says_how_to_make_a_matrix():
-    # A vector known as one when the graph is built follows NumPy's rule (issue 19); one
+    # A vector known as one when the graph is built follows NumPy's rule; one
     # that turns out to be a vector only when fed is refused, saying what to do.
     assert (ad.tensor(np.ones(3)) @ ad.tensor(np.ones((3, 2)))).shape == (2,)
     v = ad.Variable("v")

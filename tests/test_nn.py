@@ -141,7 +141,7 @@ def test_clear_errors():
         nn.MLP([3])
 
 
-# -- convolutional layers (issue 19) ----------------------------------------------------------
+# -- convolutional layers --------------------------------------------------------------------
 
 
 def digits_cnn(device=None, seed=0):

@@ -361,11 +361,7 @@ class Op:
             if x.value is None:
                 return node  # symbolic: computed later by an Executor
             input_vals.append(x.value)
-        try:
-            node.value = op.run(input_vals, attrs)
-        except DTypeError:
-            op.check_dtypes(input_vals, inputs)  # the same error, with advice for its node
-            raise
+        node.value = compute(node, input_vals)
         return node
 
     def run(self, input_vals: Sequence[Any], attrs: dict, out: Any = None) -> Any:
@@ -467,6 +463,15 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<op {self.name}>"
+
+
+def compute(node: Node, input_vals: list) -> Any:
+    """``node``'s value, its op run on its inputs' values (an error names the op)."""
+    try:
+        return node.op.run(input_vals, node.attrs)
+    except DTypeError:
+        node.op.check_dtypes(input_vals, node.inputs)  # the same, with advice for the input
+        raise
 
 
 def _float_advice(node: Node | None, value: Any) -> str:
@@ -588,25 +593,3 @@ def find_topo_sort(nodes: Iterable[Node], descend: Callable[[Node], bool] | None
                 stack.pop()
                 topo_order.append(node)
     return topo_order
-
-
-def levels(outputs: Node | Iterable[Node]) -> list[list[Node]]:
-    """The nodes grouped into levels: level 0 holds the leaves, and each node sits one
-    level above its highest input. The nodes of one level need only nodes of lower
-    levels, so they could all run at the same time (on different cores or streams).
-
-    >>> import autodiff as ad
-    >>> x, y = ad.Variable("x"), ad.Variable("y")
-    >>> [[n.name for n in level] for level in levels(ad.sin(x) * ad.cos(y))]
-    [['x', 'y'], ['sin', 'cos'], ['multiply']]
-    """
-    outputs = [outputs] if isinstance(outputs, Node) else list(outputs)
-    level: dict[Node, int] = {}
-    groups: list[list[Node]] = []
-    for node in find_topo_sort(outputs):
-        k = 1 + max((level[x] for x in node.inputs), default=-1)
-        level[node] = k
-        if k == len(groups):
-            groups.append([])
-        groups[k].append(node)
-    return groups

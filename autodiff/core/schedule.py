@@ -1,132 +1,79 @@
-"""Scheduling: the order in which a graph's nodes are computed, and computing them.
+"""Scheduling: the order in which a graph's nodes are computed, and the feeds.
 
-``schedule`` turns a topological order into steps (the node, the slots of its inputs,
-the slots nobody needs afterwards); ``run_schedule`` walks them. The Executor, the
-gradient builder (``fill_values``, for graphs built with ``deferred()``) and the memory
-planner all use these, and ``resolve_feeds`` turns a feed dict (nodes or names to
-arrays) into checked values for a graph's leaves.
+``schedule`` turns a topological order into steps: the node to compute, and the values
+nobody needs once it has run (they are freed then: a graph's peak memory is what is
+alive at once, not everything it computes). ``resolve_feeds`` turns a feed dict (nodes
+or names to arrays) into checked values for a graph's leaves. The Executor (executor.py)
+and the gradient builder (``fill_values``) run graphs with these.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Sequence
-from typing import Any, TypeVar
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import backend
-from .graph import Constant, DTypeError, Node, Placeholder, ShapeError, find_topo_sort
+from .graph import Constant, Node, Placeholder, ShapeError, compute, find_topo_sort
 
-Step = tuple[Node, list[int], list[int]]  # node, input slots, slots to free after it
-Compute = Callable[[Node, list], Any]  # (node, its inputs' values) -> its value
-T = TypeVar("T")  # what a step computes: a node, or a fused kernel's instruction
+Step = tuple[Node, list[Node]]  # the node to compute, the values to free after it
 
 
-def schedule(topo_order: Sequence[Node], keep: set[Node]) -> tuple[list[Step], dict]:
-    """The steps for ``topo_order``, freeing every value not in ``keep`` after its last use.
+def schedule(topo_order: Sequence[Node], keep: Collection[Node]) -> list[Step]:
+    """The steps for ``topo_order``: each node, with the values it is the last to read
+    (but those in ``keep``, the results), which can be freed once it has run.
 
-    A node whose inputs are not in ``topo_order`` (it is fed, or already has a value) is
-    never computed, so it gets no input slots.
+    >>> import autodiff as ad
+    >>> x = ad.Variable("x")
+    >>> y = ad.sin(x)
+    >>> z = ad.cos(y)
+    >>> [(n.name, [d.name for d in done]) for n, done in schedule([x, y, z], [z])]
+    [('x', []), ('sin', ['x']), ('cos', ['sin'])]
     """
-    slot = {node: i for i, node in enumerate(topo_order)}
-    reads = [[slot[x] for x in node.inputs if x in slot] for node in topo_order]
-    frees = last_reads(reads, keep={slot[node] for node in keep if node in slot})
-    return list(zip(topo_order, reads, frees, strict=True)), slot
+    last_reader: dict[Node, Node] = {}
+    for node in topo_order:
+        for x in node.inputs:
+            last_reader[x] = node
+    frees: dict[Node, list[Node]] = {node: [] for node in topo_order}
+    for x, reader in last_reader.items():
+        if x not in keep and reader in frees:
+            frees[reader].append(x)
+    return [(node, frees[node]) for node in topo_order]
 
 
-def last_reads(reads: Sequence[Sequence[int]], keep: Container[int] = ()) -> list[list[int]]:
-    """For each step (``reads[k]``: the slots step k reads), the slots it is the last to
-    read, but those in ``keep``: what can be freed once it has run."""
-    last: dict[int, int] = {}
-    for step, slots in enumerate(reads):
-        for j in slots:
-            last[j] = step
-    frees: list[list[int]] = [[] for _ in reads]
-    for j, step in last.items():
-        if j not in keep:
-            frees[step].append(j)
-    return frees
-
-
-def run_schedule(
-    steps: Sequence[tuple[T, list[int], list[int]]],
-    values: list,
-    compute: Callable[[T, list], Any] | None = None,
-) -> list:
+def run_schedule(steps: Sequence[Step], values: dict[Node, Any]) -> dict[Node, Any]:
     """The loop of the lecture: for each step, compute its node from its inputs' values
-    (unless it has one already: a leaf, a fed node), then free the values nobody needs
-    any more. ``compute(node, input_vals)`` is ``node.op.run`` unless a strategy gives
-    another (a memory plan writes into its buffers; a fused kernel's steps are its
-    instructions)."""
-    for i, (node, input_slots, frees) in enumerate(steps):
-        if values[i] is None:
-            input_vals = [values[j] for j in input_slots]
-            try:
-                if compute is None:
-                    values[i] = node.op.run(input_vals, node.attrs)  # type: ignore[attr-defined]
-                else:
-                    values[i] = compute(node, input_vals)
-            except DTypeError:
-                if isinstance(node, Node):  # the same error, with advice for the input node
-                    node.op.check_dtypes(input_vals, node.inputs)
-                raise
-        for j in frees:
-            values[j] = None
+    (unless it has one already: fed), then free the values nobody needs any more."""
+    for node, done in steps:
+        if node not in values:
+            values[node] = value_of(node, values)
+        for x in done:
+            values.pop(x, None)
     return values
 
 
-def fill_leaves(steps: Sequence[Step], values: list) -> list:
-    """Put each leaf's own value into its slot, unless the slot has one (it was fed)."""
-    for i, (node, _, _) in enumerate(steps):
-        if values[i] is None and node.op.is_leaf:
-            if node.value is None:
-                names = sorted({n.name for n, _, _ in steps if isinstance(n.op, Placeholder)})
-                raise ValueError(
-                    f"Placeholder '{node.name}' has no value. Put it in the feed: "
-                    f"ad.evaluate(output, {{{node.name}: array}}) or "
-                    f"Executor(outputs).run({{{node.name}: array}}). Placeholders here: {names}."
-                )
-            values[i] = node.value
-    return values
+def value_of(node: Node, values: dict[Node, Any]) -> Any:
+    """A node's value: a leaf's own, else its op computed on its inputs' ``values``."""
+    if not node.op.is_leaf:
+        return compute(node, [values[x] for x in node.inputs])
+    if node.value is None:
+        raise ValueError(
+            f"Placeholder '{node.name}' has no value. Put it in the feed: "
+            f"ad.evaluate(output, {{{node.name}: array}}) or "
+            f"Executor(outputs).run({{{node.name}: array}})."
+        )
+    return node.value
 
 
-def fill_values(nodes: Sequence[Node], built: Sequence[Node] = (), release=()) -> None:
-    """Compute the missing values of ``nodes`` from the values already in the graph.
-
-    Used after building a gradient graph with ``deferred()``: only nodes that the
-    results need are computed, and intermediate values are freed as soon as possible.
-    ``built`` (the nodes ``deferred()`` recorded, a topological order) saves a sort.
-    The nodes of ``release`` let go of their values, which live on in the schedule
-    until read for the last time (``gradients(..., retain_graph=False)``).
-    """
-    order = _order_from_built(nodes, built) if built else None
-    if order is None:
-        order = find_topo_sort(nodes, descend=lambda n: n.value is None)
-    steps, slot = schedule(order, set(nodes))
-    values = fill_leaves(steps, [n.value for n in order])
-    for node in release:
-        node.value = None
-    values = run_schedule(steps, values)
+def fill_values(nodes: Sequence[Node]) -> None:
+    """Compute the missing values of ``nodes`` from the values already in the graph (a
+    gradient graph built with ``deferred()``: only what ``nodes`` need is computed)."""
+    order = find_topo_sort(nodes, descend=lambda n: n.value is None)
+    known = {node: node.value for node in order if node.value is not None}
+    values = run_schedule(schedule(order, nodes), known)
     for node in nodes:
-        if node in slot:  # (a node not built here may hold its value already)
-            node.value = values[slot[node]]
-
-
-def _order_from_built(nodes: Sequence[Node], built: Sequence[Node]) -> list[Node] | None:
-    """The values read, then the nodes to compute in the creation order of ``built``: a
-    topological order with no sort. None if a symbolic node from elsewhere is needed."""
-    built_set, needed = set(built), set(nodes)
-    known: dict[Node, None] = {}  # inputs holding values, in order of first use
-    for node in reversed(built):
-        if node in needed:
-            for x in node.inputs:
-                if x.value is not None:
-                    known[x] = None
-                elif x in built_set:
-                    needed.add(x)
-                else:
-                    return None  # a symbolic node from elsewhere: sort properly
-    return [*reversed(known), *(node for node in built if node in needed)]
+        node.value = values[node]
 
 
 def resolve_feeds(leaves: Sequence[Node], feed_dict: dict) -> dict[Node, Any]:

@@ -36,11 +36,12 @@ from typing import Any
 import graphviz
 
 from ..core import backend
-from ..core.executor import Executor
-from ..core.gradients import AdjointStep, gradients
-from ..core.graph import Constant, Node, find_topo_sort, levels
+from ..core.gradients import AdjointStep
+from ..core.graph import Constant, Node, find_topo_sort
 from ..system.checkpoint import choose_checkpoints, is_recomputed, original_of
-from ..system.memory import MemoryPlan
+from ..system.executor import Executor
+from ..system.gradients import gradients
+from ..system.memory import MemoryPlan, levels
 from . import renderer
 
 INK = "#334155"  # forward graph

@@ -137,7 +137,7 @@ __all__ = [
     "tanh",
     "transpose",
     "zeros_like",
-    # issue 19
+    # for a full course
     "abs",
     "clip",
     "equal",
@@ -151,7 +151,7 @@ __all__ = [
     "minimum",
     "not_equal",
     "where",
-    # reductions and convolution (issue 19)
+    # reductions, convolution, normalisation
     "argmax",
     "argmin",
     "avg_pool2d",

@@ -473,7 +473,7 @@ def zeros_like(x, *, name: str | None = None) -> Node:
     return ZerosLike.apply(x, name=name)
 
 
-# -- more elementwise ops (issue 19) ---------------------------------------------------------
+# -- more elementwise ops -------------------------------------------------------------------
 
 
 def _sign(x) -> Node:

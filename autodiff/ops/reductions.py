@@ -195,7 +195,7 @@ def mean(x, axis=None, keepdims: bool = False, *, name: str | None = None) -> No
     return named(sum(x, axis, keepdims) / count(x, axis), name)
 
 
-# Max, min, prod, var, std, argmax, argmin (issue 19) --------------------------------------
+# Max, min, prod, var, std, argmax, argmin -----------------------------------------------
 
 
 class TieWeights(Op):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..core.gradients import gradients, jvp_graph
+from ..core.gradients import jvp_graph
 from ..core.graph import Node, constant, tensor
+from ..system.gradients import gradients
 
 
 def _as_leaf(value) -> Node:

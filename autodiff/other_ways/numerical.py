@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import backend
-from ..core.gradients import gradients, jvp_graph
+from ..core.gradients import jvp_graph
 from ..core.graph import Node, constant, tensor
 from ..ops import sum
+from ..system.gradients import gradients
 
 # Named tolerances (rtol, atol) for check_grads, by dtype. float16 keeps about 3 digits,
 # and each op of a derivative rounds again: a few of its eps (9.8e-4) per op.

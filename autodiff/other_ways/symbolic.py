@@ -31,8 +31,8 @@ from typing import Any
 
 from .. import ops
 from ..core import backend
-from ..core.gradients import gradients
 from ..core.graph import Node, Variable, constant, find_topo_sort, tensor
+from ..system.gradients import gradients
 from .algebra import (
     FUNCTIONS,
     Expr,

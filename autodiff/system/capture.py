@@ -34,8 +34,8 @@ from typing import Any
 
 from ..core import backend
 from ..core.graph import describe
-from ..core.schedule import Step
 from .compiled import INPUT_ERRORS, kernel
+from .slots import Step
 
 RECORDINGS_KEPT = 4  # the latest, by their keys (a training loop's last batch is smaller)
 RECORDINGS_BEFORE_GIVING_UP = 8  # after which the Executor runs compiled

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.backend import is_weak_scalar, numbers_as_arrays
-from ..core.schedule import Step
+from .slots import Step
 
 # What an op raises on inputs it cannot take (NumPy's and ours). The compiled function
 # lets these through to a checked run, which explains them; any other error

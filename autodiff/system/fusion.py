@@ -53,9 +53,10 @@ from ..core.graph import (
     find_topo_sort,
     spec_of,
 )
-from ..core.schedule import last_reads, run_schedule
 from ..ops.elementwise import Elementwise, OnesLike, ZerosLike
+from .gradients import shape_aware_rule
 from .passes import PassReport, check_outputs, copy_node, count_nodes
+from .slots import last_reads, run_schedule
 
 # The most ops in one kernel: longer runs are cut into several (compile time grows with
 # the kernel's length, and a run of thousands would gain nothing more).
@@ -254,12 +255,13 @@ class Fused(Op):
 
     def gradient(self, node: Node, output_grad: Node) -> list[Node | None]:
         steps = unfold(node)
-        return list(reverse_pass(steps[-1], list(node.inputs), output_grad, order=steps))
+        rule = shape_aware_rule(imperative=False)
+        return list(reverse_pass(steps, list(node.inputs), output_grad, rule))
 
     def jvp(self, node: Node, *input_tangents: Node) -> Node | None:
         steps = unfold(node)
         tangent = dict(zip(node.inputs, input_tangents, strict=True))
-        return forward_pass(steps[-1], tangent, order=steps)
+        return forward_pass(steps, tangent)
 
     def infer(self, *inputs: Spec, **attrs: Any) -> Spec:
         def infer_one(op: Op, args: list, attrs: dict) -> Spec:

@@ -27,13 +27,12 @@ into steps that could run in parallel.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import backend
 from ..core.graph import Node, ShapeError, Spec, find_topo_sort, spec_of
-from ..core.graph import levels as levels  # lecture 5's ad.memory.levels; it lives with the graph
 from ..core.schedule import resolve_feeds
 
 Interval = tuple[int, int]  # (first step, last step), both included
@@ -437,3 +436,25 @@ def plan(outputs: Node | Sequence[Node], feed_dict: dict | None = None) -> Memor
     views, held = _memory_owners(steps, specs, live)
     chosen = assign_buffers(steps, specs, views, held)
     return MemoryPlan(outputs, leaves, steps, specs, live, views, held, **vars(chosen))
+
+
+def levels(outputs: Node | Iterable[Node]) -> list[list[Node]]:
+    """The nodes grouped into levels: level 0 holds the leaves, and each node sits one
+    level above its highest input. The nodes of one level need only nodes of lower
+    levels, so they could all run at the same time (on different cores or streams).
+
+    >>> import autodiff as ad
+    >>> x, y = ad.Variable("x"), ad.Variable("y")
+    >>> [[n.name for n in level] for level in levels(ad.sin(x) * ad.cos(y))]
+    [['x', 'y'], ['sin', 'cos'], ['multiply']]
+    """
+    outputs = [outputs] if isinstance(outputs, Node) else list(outputs)
+    level: dict[Node, int] = {}
+    groups: list[list[Node]] = []
+    for node in find_topo_sort(outputs):
+        k = 1 + max((level[x] for x in node.inputs), default=-1)
+        level[node] = k
+        if k == len(groups):
+            groups.append([])
+        groups[k].append(node)
+    return groups

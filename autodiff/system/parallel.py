@@ -25,7 +25,7 @@ from typing import Any
 
 from ..core import backend
 from ..core.graph import Node
-from ..core.schedule import Compute, Step
+from .slots import Compute, Step
 
 
 @dataclass(frozen=True)

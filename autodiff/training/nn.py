@@ -25,8 +25,6 @@ from typing import Any
 import numpy as np
 
 from ..core import backend
-from ..core.executor import Executor
-from ..core.gradients import collector_paused, gradients
 from ..core.graph import Node, ShapeError, TensorLeaf, Variable, constant, tensor
 from ..ops import (
     avg_pool2d,
@@ -46,6 +44,8 @@ from ..ops import (
     tanh,
 )
 from ..ops.conv import static_shape
+from ..system.executor import Executor
+from ..system.gradients import collector_paused, gradients
 from . import data
 
 
