@@ -43,8 +43,8 @@ test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest
 	AUTODIFF_FAKE_GPU=1 $(BIN)/python -m pytest -m gpu -q
 
-# --- grading with nbgrader (nbgrader_config.py; autodiff/grading/) ---
-GRADE := $(BIN)/python -m autodiff.grading
+# --- grading with nbgrader (nbgrader_config.py; classroom/) ---
+GRADE := $(BIN)/python -m classroom
 
 release: $(VENV)/.installed-course
 	$(GRADE) release
@@ -169,12 +169,12 @@ figures: $(VENV)/.installed-dev
 	$(BIN)/python docs/figures.py
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check autodiff tests benchmarks docs
-	$(BIN)/ruff format --check autodiff tests benchmarks docs
+	$(BIN)/ruff check autodiff classroom tests benchmarks docs
+	$(BIN)/ruff format --check autodiff classroom tests benchmarks docs
 	$(BIN)/mypy
 
 format: $(VENV)/.installed-dev
-	$(BIN)/ruff format autodiff tests benchmarks docs
+	$(BIN)/ruff format autodiff classroom tests benchmarks docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache .mypy_cache

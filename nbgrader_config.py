@@ -27,9 +27,9 @@ c.Execute.interrupt_on_timeout = True
 
 # `make autograde` runs every notebook in the grading sandbox first (its kernel can
 # reach neither this folder nor the gradebook); nbgrader then takes the outputs and
-# verdicts of that run instead of starting a kernel of its own (autodiff/grading/).
+# verdicts of that run instead of starting a kernel of its own (classroom/).
 c.Autograde.autograde_preprocessors = [
-    "autodiff.grading.plugins.ReplayExecuted",
+    "classroom.plugins.ReplayExecuted",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -46,7 +46,7 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
-    "autodiff.grading.plugins.RestoreCells",
+    "classroom.plugins.RestoreCells",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.OverwriteCells.add_missing_cells = True
@@ -55,7 +55,7 @@ c.OverwriteCells.add_missing_cells = True
 # shows the grader's verdict.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "autodiff.grading.plugins.GraderFeedback",
+    "classroom.plugins.GraderFeedback",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 
@@ -72,10 +72,10 @@ c.Exchange.root = os.environ.get(
 )
 os.makedirs(c.Exchange.root, exist_ok=True)
 # nbgrader collect and the formgrader's Collect button collect as `make collect` does.
-c.ExchangeFactory.collect = "autodiff.grading.plugins.KitCollect"
+c.ExchangeFactory.collect = "classroom.plugins.KitCollect"
 
 # Whatever a student wrote is shown to the course team as text and pictures, never run:
 # the Formgrader's pages and feedback clean outputs, raw cells and rendered Markdown
-# (autodiff/grading/sanitize.py).
-c.HTMLExporter.preprocessors = ["autodiff.grading.sanitize.SanitizeNotebook"]
-c.HTMLExporter.filters = {"markdown2html": "autodiff.grading.sanitize.safe_markdown"}
+# (classroom/sanitize.py).
+c.HTMLExporter.preprocessors = ["classroom.sanitize.SanitizeNotebook"]
+c.HTMLExporter.filters = {"markdown2html": "classroom.sanitize.safe_markdown"}

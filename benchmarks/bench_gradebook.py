@@ -19,7 +19,7 @@ import time
 import warnings
 from pathlib import Path
 
-from autodiff.grading.gradebook import backup, grades_of_others, guard, integrity
+from classroom.gradebook import backup, grades_of_others, guard, integrity
 
 TESTS, ANSWERS = 6, 2  # code test cells, written answers (graded by hand) per notebook
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import nbformat
 from bench_gradebook import make_gradebook
 
-from autodiff.grading import autograde as grader
-from autodiff.grading import pipeline
+from classroom import autograde as grader
+from classroom import pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 

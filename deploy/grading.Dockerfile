@@ -10,9 +10,10 @@ RUN apt-get update \
 WORKDIR /kit
 COPY pyproject.toml README.md ./
 COPY autodiff ./autodiff
+COPY classroom ./classroom
 RUN pip install --no-cache-dir ".[course]"
 # Grading runs as this user: bubblewrap then makes user namespaces as a user does.
 RUN useradd --create-home grader
 USER grader
 WORKDIR /course
-ENTRYPOINT ["python", "-m", "autodiff.grading"]
+ENTRYPOINT ["python", "-m", "classroom"]

@@ -37,7 +37,7 @@ if os.environ.get("AUTODIFF_FAKE_GPU") == "1":
 def released_course(tmp_path_factory):
     """A copy of the course (its solutions, nbgrader_config.py) released once, with its
     own gradebook and exchange: the graded tests submit into it, each student their own."""
-    from autodiff.grading import pipeline
+    from classroom import pipeline
 
     root = tmp_path_factory.mktemp("course")
     shutil.copy(ROOT / "nbgrader_config.py", root)

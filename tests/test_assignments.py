@@ -11,8 +11,8 @@ import json
 import pytest
 from graded_course import ROOT, notebook_path, solution, submission, test_points
 
-from autodiff.grading import autograde as grader
-from autodiff.grading import course as course_dir
+from classroom import autograde as grader
+from classroom import course as course_dir
 
 pytest.importorskip("nbgrader")
 ASSIGNMENTS = course_dir.assignments(ROOT)

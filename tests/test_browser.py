@@ -41,8 +41,8 @@ from lab_pages import (
 from servers import free_port, serving
 from system_parts import require
 
-from autodiff.grading import kit
-from autodiff.grading.sandbox import bwrap_problem
+from classroom import kit
+from classroom.sandbox import bwrap_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"

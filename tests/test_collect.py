@@ -1,4 +1,4 @@
-"""Collecting LMS zips (autodiff/grading/collect.py) in a small course, without nbgrader.
+"""Collecting LMS zips (classroom/collect.py) in a small course, without nbgrader.
 
 Two released assignments, each with one notebook written straight into ``solutions/``
 and ``assignments/``; every test builds its zip entry by entry and checks the student
@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 import nbformat
 import pytest
 
-from autodiff.grading import collect as collecting
+from classroom import collect as collecting
 
 ROOT = Path(__file__).resolve().parent.parent
 A1, A2 = "a1_first", "a2_second"

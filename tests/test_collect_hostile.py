@@ -29,10 +29,10 @@ from test_exchange import (
     set_due_date,
 )
 
-from autodiff.grading import collect_exchange as collecting
-from autodiff.grading import safe_copy
-from autodiff.grading.exchange import ACCOUNTS_FILE
-from autodiff.grading.hub_setup import write_accounts
+from classroom import collect_exchange as collecting
+from classroom import safe_copy
+from classroom.exchange import ACCOUNTS_FILE
+from classroom.hub_setup import write_accounts
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NOBODY = 65534

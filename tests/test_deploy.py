@@ -23,7 +23,7 @@ from jsonschema import validators
 from packaging.requirements import Requirement
 from traitlets.config.loader import PyFileConfigLoader
 
-from autodiff.grading import kit as student_kit
+from classroom import kit as student_kit
 
 ROOT = Path(__file__).resolve().parents[1]
 Z2JH = ROOT / "deploy" / "z2jh"

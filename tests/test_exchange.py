@@ -5,7 +5,7 @@ submission cache is ``~/.local/share/jupyter/nbgrader_cache``), a folder to work
 with a student's ``nbgrader_config.py``, and ``JUPYTERHUB_USER``/``USER``/``LOGNAME``
 set to their name; they run nbgrader's student commands (fetch_assignment, submit,
 fetch_feedback, list) against a temporary exchange (``NBGRADER_EXCHANGE``). The
-instructor runs ``python -m autodiff.grading`` as the Makefile does, in a temporary
+instructor runs ``python -m classroom`` as the Makefile does, in a temporary
 course holding the smallest assignment (a2 runs in about 4 s).
 
 The class: release; alice and bob fetch; alice submits her answers; bob submits twice
@@ -36,9 +36,9 @@ import nbformat
 import pytest
 from servers import free_port, serving
 
-from autodiff.grading import sandbox as sandboxing
-from autodiff.grading.exchange import ACCOUNTS_FILE
-from autodiff.grading.hub_setup import write_accounts
+from classroom import sandbox as sandboxing
+from classroom.exchange import ACCOUNTS_FILE
+from classroom.hub_setup import write_accounts
 
 pytest.importorskip("nbgrader")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -64,9 +64,9 @@ class Instructor:
     exchange: Path
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
-        """``python -m autodiff.grading ...`` in the course root."""
+        """``python -m classroom ...`` in the course root."""
         return subprocess.run(
-            [sys.executable, "-m", "autodiff.grading", *args],
+            [sys.executable, "-m", "classroom", *args],
             cwd=self.root,
             env=dict(os.environ, NBGRADER_EXCHANGE=str(self.exchange)),
             capture_output=True,

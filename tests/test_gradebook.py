@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from autodiff.grading import __main__ as grading_main
-from autodiff.grading import folders
-from autodiff.grading import gradebook as gb
+from classroom import __main__ as grading_main
+from classroom import folders
+from classroom import gradebook as gb
 
 pytest.importorskip("nbgrader")
 
@@ -272,7 +272,7 @@ def test_guard_on_a_first_run_and_on_a_database_server(tmp_path, monkeypatch, ca
 HOLD = """
 import sys, time
 from pathlib import Path
-from autodiff.grading.gradebook import RunLock
+from classroom.gradebook import RunLock
 with RunLock(Path(sys.argv[1]), wait=sys.argv[2] == "wait"):
     print("locked", flush=True)
     time.sleep(float(sys.argv[3]))

@@ -1,7 +1,7 @@
 """Grading at its limits costs what the rules say, and the student is told why.
 
 Each notebook here runs as ``make autograde`` runs it (``execute.execute``, in the
-bubblewrap sandbox) or as a student validates it (``python -m autodiff.grading
+bubblewrap sandbox) or as a student validates it (``python -m classroom
 validate``), and its feedback is made as ``make feedback`` makes it
 (``plugins.GraderFeedback``). Too much output costs the output, never the verdicts;
 a cell stopped by a limit is named, with the limit, next to each test it made fail.
@@ -11,9 +11,9 @@ import nbformat
 import pytest
 from system_parts import require
 
-from autodiff.grading import plugins
-from autodiff.grading import sandbox as sandboxing
-from autodiff.grading.execute import execute
+from classroom import plugins
+from classroom import sandbox as sandboxing
+from classroom.execute import execute
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -61,7 +61,7 @@ SEVENTEEN_MB = "for _ in range(17 * 1024):\n    print('x' * 1023)"
 def test_a_notebook_that_prints_17_mb_keeps_its_verdicts(tmp_path, capsys, monkeypatch):
     """The issue's case, as a student validates it: the test passes, and the report
     names the output limit (it said "tampered: the grader's check got no answer")."""
-    from autodiff.grading import __main__ as grading_main
+    from classroom import __main__ as grading_main
 
     made = notebook(("chatty", SEVENTEEN_MB, False), ("sums", "assert 1 + 1 == 2", True))
     nbformat.write(made, tmp_path / "mine.ipynb")

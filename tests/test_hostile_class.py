@@ -48,8 +48,8 @@ from hostile_class import (
 )
 from system_parts import require
 
-from autodiff.grading import gradebook
-from autodiff.grading import sandbox as sandboxing
+from classroom import gradebook
+from classroom import sandbox as sandboxing
 
 pytest.importorskip("nbgrader")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -64,9 +64,9 @@ def bubblewrap():
 
 
 def grading(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``python -m autodiff.grading ...`` in the course root, as the Makefile runs it."""
+    """``python -m classroom ...`` in the course root, as the Makefile runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "autodiff.grading", *args],
+        [sys.executable, "-m", "classroom", *args],
         cwd=root,
         env=dict(os.environ, **(env or {})),
         capture_output=True,
@@ -81,10 +81,10 @@ def ok(done: subprocess.CompletedProcess) -> str:
 
 
 def started(root: Path, log: Path, *args: str, env: dict) -> subprocess.Popen:
-    """``python -m autodiff.grading ...`` in the background, its output in ``log``."""
+    """``python -m classroom ...`` in the background, its output in ``log``."""
     with log.open("w") as sink:
         return subprocess.Popen(
-            [sys.executable, "-m", "autodiff.grading", *args],
+            [sys.executable, "-m", "classroom", *args],
             cwd=root,
             env=dict(os.environ, **env),
             stdout=sink,

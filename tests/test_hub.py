@@ -40,8 +40,8 @@ from lab_pages import (
 from servers import free_port, serving
 from system_parts import chromium, require
 
-from autodiff.grading.exchange import owner
-from autodiff.grading.sandbox import Cgroup
+from classroom.exchange import owner
+from classroom.sandbox import Cgroup
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts" / "hub"
@@ -53,7 +53,7 @@ LOAD_STUDENTS = [f"load{n:02d}" for n in range(1, 18)]
 LOAD_ASSIGNMENT = "a2_forward_mode"
 KEEP_VENV = ("-o", ".venv/.installed-course", "-o", ".venv/.installed-hub")
 COPIED = ("Makefile", "nbgrader_config.py", "pyproject.toml", "environment.yml", "README.md")
-FOLDERS = ("autodiff", "course", "solutions", "assignments", "deploy")
+FOLDERS = ("autodiff", "classroom", "course", "solutions", "assignments", "deploy")
 
 
 def _problem() -> str | None:

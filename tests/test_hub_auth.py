@@ -1,4 +1,4 @@
-"""The hub's passwords (autodiff/grading/hub_auth.py), as a hostile student meets them:
+"""The hub's passwords (classroom/hub_auth.py), as a hostile student meets them:
 accounts that cannot be claimed, failed logins limited per account and per address,
 bcrypt off the event loop, first passwords issued once and recorded whole. No hub is
 started: the authenticator is called as JupyterHub's login page calls it."""
@@ -19,9 +19,9 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
 
-from autodiff.grading import hub_auth
-from autodiff.grading.__main__ import main
-from autodiff.grading.hub_auth import (
+from classroom import hub_auth
+from classroom.__main__ import main
+from classroom.hub_auth import (
     ALPHABET,
     GROUP_LENGTH,
     GROUPS,

@@ -1,4 +1,4 @@
-"""What ``make hub`` sets up as root before serving (``autodiff/grading/hub_setup.py``),
+"""What ``make hub`` sets up as root before serving (``classroom/hub_setup.py``),
 against what a hostile student can leave in its way: each test plays the student with
 a real account of this machine, then checks the hub's start-up as root."""
 
@@ -18,11 +18,11 @@ from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebso
 from system_parts import require
 from traitlets.utils.importstring import import_item
 
-from autodiff.grading import hub_setup
-from autodiff.grading.exchange import ACCOUNTS_FILE, COURSE_ID
-from autodiff.grading.sandbox import Cgroup
+from classroom import hub_setup
+from classroom.exchange import ACCOUNTS_FILE, COURSE_ID
+from classroom.sandbox import Cgroup
 
-SANDBOX = Path(__file__).parents[1] / "autodiff" / "grading" / "sandbox.py"
+GRADING = Path(__file__).parents[1] / "autodiff" / "grading"  # oom.py, which sandbox imports
 
 
 @pytest.fixture
@@ -125,14 +125,15 @@ def test_the_accounts_file_is_written_whatever_a_student_left_there(place, accou
 
 def test_the_course_is_the_grading_accounts_data_and_roots_code(place, accounts):
     """The grading account gets the grading data (the gradebook moves into
-    ``grading/``), not the code root runs: it can neither replace ``autodiff/`` nor add
-    a module beside it (root imports from the course folder); students reach none of
-    it."""
+    ``grading/``), not the code root runs: it can neither replace ``classroom/`` or
+    ``autodiff/`` nor add a module beside them (root imports from the course folder);
+    students reach none of it."""
     student, grader = accounts["student"], accounts["grader"]
     course, state = place / "course", place / "course" / "hub"
-    for folder in ("autodiff", "solutions/a1", "submitted/alice/a1", "hub"):
+    for folder in ("autodiff", "classroom", "solutions/a1", "submitted/alice/a1", "hub"):
         (course / folder).mkdir(parents=True)
     (course / "autodiff" / "__init__.py").write_text("")
+    (course / "classroom" / "__init__.py").write_text("")
     (course / "solutions" / "a1" / "a1.ipynb").write_text("{}")
     (course / "gradebook.db").write_text("grades")
     hub_setup.hand_course_to(course, state, grader)
@@ -140,13 +141,16 @@ def test_the_course_is_the_grading_accounts_data_and_roots_code(place, accounts)
     assert gradebook.read_text() == "grades" and not (course / "gradebook.db").exists()
     for data in ("solutions/a1/a1.ipynb", "submitted/alice/a1", hub_setup.GRADEBOOK):
         assert (course / data).lstat().st_uid == grader.pw_uid, data
-    assert (course / "autodiff").lstat().st_uid == 0
-    for attempt in ("mv autodiff moved", "touch bcrypt.py", "touch grading/gradebook.db-journal"):
+    assert (course / "autodiff").lstat().st_uid == (course / "classroom").lstat().st_uid == 0
+    moves = ("mv autodiff moved", "mv classroom moved", "touch bcrypt.py")
+    for attempt in (*moves, "touch grading/gradebook.db-journal"):
         as_student(grader, "sh", "-c", f"cd {course} && {attempt}")
-    assert (course / "autodiff").is_dir(), "the grading account replaced root's code"
+    for package in ("autodiff", "classroom"):
+        assert (course / package).is_dir(), "the grading account replaced root's code"
     assert not (course / "bcrypt.py").exists(), "the grading account added a module root imports"
     assert (course / "grading" / "gradebook.db-journal").exists(), "the gradebook cannot write"
-    for path in ("solutions/a1/a1.ipynb", "submitted", "grading", "autodiff/__init__.py"):
+    code = ("autodiff/__init__.py", "classroom/__init__.py")
+    for path in ("solutions/a1/a1.ipynb", "submitted", "grading", *code):
         shown = as_student(student, "cat" if "." in path else "ls", str(course / path))
         assert shown.returncode != 0, f"a student reads {path}"
 
@@ -197,6 +201,7 @@ def test_students_settings_put_kernels_on_unix_sockets_and_keep_path(tmp_path):
     # the kernel websocket that says when a kernel was killed for its memory
     named = server["ServerApp"]["kernel_websocket_connection_class"]
     assert issubclass(import_item(named), ZMQChannelsWebsocketConnection), named
+    assert named.startswith("autodiff.grading."), f"{named}: not in the kit a student's server has"
 
 
 def test_hidepid_note_says_how_to_hide_processes(tmp_path):
@@ -214,17 +219,13 @@ def test_the_grading_account_caps_its_sandboxes_in_a_cgroup_of_its_own(accounts)
     grader = accounts["grader"]
     assert Cgroup.delegate(grader.pw_uid, grader.pw_gid)
     code = (
-        # sandbox.py (and oom.py, which it imports) without autodiff/__init__.py: the
-        # system Python has no NumPy
-        "import importlib.util, sys, types\n"
-        "package = types.ModuleType('grading')\n"
-        f"package.__path__ = [{str(SANDBOX.parent)!r}]\n"
-        "sys.modules['grading'] = package\n"
-        f"spec = importlib.util.spec_from_file_location('grading.sandbox', {str(SANDBOX)!r})\n"
-        "sandbox = importlib.util.module_from_spec(spec)\n"
-        "sys.modules['grading.sandbox'] = sandbox\n"
-        "spec.loader.exec_module(sandbox)\n"
-        "Cgroup, Limits = sandbox.Cgroup, sandbox.Limits\n"
+        # classroom/sandbox.py (and autodiff/grading/oom.py, which it imports) without
+        # autodiff/__init__.py: the system Python has no NumPy
+        "import sys, types\n"
+        "sys.modules['autodiff'] = types.ModuleType('autodiff')\n"
+        "sys.modules['autodiff.grading'] = types.ModuleType('autodiff.grading')\n"
+        f"sys.modules['autodiff.grading'].__path__ = [{str(GRADING)!r}]\n"
+        "from classroom.sandbox import Cgroup, Limits\n"
         "group = Cgroup.make(Limits(memory_mb=300, processes=20))\n"
         "assert group is not None, 'no cgroup'\n"
         "print(*group.folders)\n"
@@ -253,7 +254,7 @@ def test_stopping_a_cgroup_ends_what_left_its_session(accounts):
     """``nohup setsid sleep`` leaves the server's session, never its cgroup: ``kill``
     ends it."""
     require(None if Cgroup.available() else "no cgroup can be made here", "run as root")
-    from autodiff.grading.sandbox import Limits
+    from classroom.sandbox import Limits
 
     student = accounts["student"]
     group = Cgroup.make(Limits(memory_mb=256, processes=20), name=f"ads-{student.pw_name}")
@@ -277,7 +278,7 @@ def test_stopping_a_cgroup_ends_what_left_its_session(accounts):
 def test_publishing_into_a_course_folder_a_student_made_is_refused(place, accounts):
     """Had a student made the course's folder (on a machine without make hub's start-up),
     releasing stops before anything is written into it, and says how to fix it."""
-    from autodiff.grading import exchange as course_exchange
+    from classroom import exchange as course_exchange
 
     student = accounts["student"]
     root, shared = place / "course", place / "exchange"
@@ -302,7 +303,7 @@ def test_the_hubs_folder_cannot_be_where_servers_mount_their_own(folder):
 
 
 def test_disk_use_counts_what_is_on_disk_without_following_links(tmp_path):
-    from autodiff.grading.hub import MAX_DEPTH, disk_use
+    from classroom.hub import MAX_DEPTH, disk_use
 
     home = tmp_path / "home"
     folder = home / "a" / "b"

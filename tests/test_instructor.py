@@ -16,11 +16,11 @@ import nbformat
 import pytest
 from system_parts import require
 
-from autodiff.grading import autograde as grader
-from autodiff.grading import course as course_dir
-from autodiff.grading import pipeline as instructor
-from autodiff.grading import plugins as nbgrader_plugins
-from autodiff.grading.sandbox import bwrap_problem
+from classroom import autograde as grader
+from classroom import course as course_dir
+from classroom import pipeline as instructor
+from classroom import plugins as nbgrader_plugins
+from classroom.sandbox import bwrap_problem
 
 pytest.importorskip("nbgrader")
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ from jupyter_server.services.kernels.connection.base import (
 from servers import free_port, serving
 
 from autodiff.grading import lab_notice
-from autodiff.grading.sandbox import Cgroup, Limits
+from classroom.sandbox import Cgroup, Limits
 
 websocket = pytest.importorskip("websocket")
 TOKEN = "test-token-for-the-memory-notice"

@@ -1,6 +1,8 @@
 """The package reads one way down: no import cycle, no import of another module's
 private names, and a line budget for the core (docs/architecture.md, "The core's line
-budget").
+budget"). Imports between the two packages go one way too: ``classroom`` (the
+instructor's tooling) imports ``autodiff``, nothing in ``autodiff`` imports
+``classroom``, and ``classroom`` has no import cycle either.
 
 The imports are read from the source with ``ast`` (every import statement, also those
 inside functions: a lazy import is still a dependency), not by importing anything.
@@ -16,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "autodiff"
+CLASSROOM = ROOT / "classroom"
 README = ROOT / "docs" / "architecture.md"
 
 
@@ -135,6 +138,33 @@ def test_no_module_imports_another_modules_private_names():
     assert not found, "\n".join(found)
 
 
+def imports_of_classroom(package: Path = PACKAGE) -> list[str]:
+    """Where a module of the package imports ``classroom``, as ``path:line``."""
+    found = []
+    for path in modules(package).values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                targets = [node.module or ""]
+            else:
+                continue
+            if any(target.split(".")[0] == "classroom" for target in targets):
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}")
+    return found
+
+
+def test_the_library_never_imports_the_instructors_tooling():
+    """Students get autodiff without classroom: an import of it would fail on their side."""
+    found = imports_of_classroom()
+    assert not found, "autodiff imports classroom at " + ", ".join(found)
+
+
+def test_classroom_has_no_import_cycle():
+    found = cycles(import_graph(CLASSROOM))
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
 def layers(graph: dict[str, set[str]]) -> dict[str, int]:
     """Each module's floor: 0 imports no other module of the package, and every module
     stands one floor above the highest it imports (defined when there is no cycle)."""
@@ -190,12 +220,14 @@ def test_the_checks_find_a_planted_cycle_and_a_private_import(tmp_path):
             "b.py": "def thing():\n    from .c import _secret\n",
             "c.py": "import autodiff.a\n_secret = 1\n",
             "d.py": "from . import a, b\n",
+            "e.py": "def grade():\n    from classroom.kit import build\n",
         },
     )
     assert cycles(import_graph(package)) == [
         ["autodiff.a", "autodiff.b", "autodiff.c", "autodiff.a"]
     ]
     assert private_imports(package) == ["autodiff/b.py:2 imports _secret from autodiff.c"]
+    assert imports_of_classroom(package) == ["autodiff/e.py:2"]
 
 
 # --- the core's line budget ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The grading kernel's monitor (autodiff.grading.monitor), in real IPython kernels.
+"""The grading kernel's monitor (classroom.monitor), in real IPython kernels.
 
 Every trick an answer cell could play on the tests runs in a watched kernel, and
 the next check must name it; honest work (the instructor's notebooks run top to
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autodiff.grading import monitor
+from classroom import monitor
 
 pytest.importorskip("ipykernel")
 manager = pytest.importorskip("jupyter_client.manager")
@@ -274,7 +274,7 @@ def test_a_stand_in_for_check_cannot_answer_clean(kernel):
     steps = [
         # the monitor's own functions: check uses sealed copies
         (
-            "import autodiff.grading.monitor as m\nm.findings_now = lambda: []",
+            "import classroom.monitor as m\nm.findings_now = lambda: []",
             "monitor.findings_now was replaced",
         ),
         # a transformer that wraps every cell, check cells too

@@ -1,4 +1,4 @@
-"""Normalising submissions (autodiff/grading/normalize.py): each rule on a small
+"""Normalising submissions (classroom/normalize.py): each rule on a small
 released notebook, arbitrary JSON that must not crash it, the course's five real
 assignments, and damaged submissions graded by the real nbgrader.
 """
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autodiff.grading.normalize import normalize, normalize_file
+from classroom.normalize import normalize, normalize_file
 
 ROOT = Path(__file__).resolve().parent.parent
 UNANSWERED = "def {}(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
@@ -408,7 +408,7 @@ def _toy_source() -> nbformat.NotebookNode:
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     pytest.importorskip("nbgrader")
-    from autodiff.grading import course as course_dir
+    from classroom import course as course_dir
 
     root = tmp_path_factory.mktemp("course")
     shutil.copy(ROOT / "nbgrader_config.py", root)
@@ -469,7 +469,7 @@ E2E = [  # student, points the answers earn (square 2, cube 3), the notes
 @pytest.mark.parametrize("student, points, expected_notes", E2E)
 def test_nbgrader_grades_normalized_submissions(course, tmp_path, student, points, expected_notes):
     """The damaged notebook as submitted, through `make autograde`'s own pipeline."""
-    from autodiff.grading import autograde as grader
+    from classroom import autograde as grader
 
     released_path = course / "assignments" / "toy" / "toy.ipynb"
     notebook, name = _damaged(json.loads(released_path.read_text()), student)

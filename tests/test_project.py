@@ -106,7 +106,8 @@ def test_grading_in_a_container_is_the_same_grading_with_bubblewrap():
     bubblewrap and the kit and runs the same autograde command in it, the course mounted."""
     dockerfile = (ROOT / "deploy" / "grading.Dockerfile").read_text()
     assert "bubblewrap" in dockerfile and 'pip install --no-cache-dir ".[course]"' in dockerfile
-    assert 'ENTRYPOINT ["python", "-m", "autodiff.grading"]' in dockerfile
+    assert "COPY autodiff ./autodiff\nCOPY classroom ./classroom\n" in dockerfile
+    assert 'ENTRYPOINT ["python", "-m", "classroom"]' in dockerfile
     import subprocess
 
     printed = subprocess.run(

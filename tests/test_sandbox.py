@@ -19,8 +19,8 @@ import nbformat
 import pytest
 from system_parts import require
 
-from autodiff.grading import sandbox as sandboxing
-from autodiff.grading.execute import execute
+from classroom import sandbox as sandboxing
+from classroom.execute import execute
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -205,8 +205,8 @@ def test_a_grader_in_a_smaller_cgroup_names_that_limit(tmp_path):
     (tmp_path / "student").mkdir()
     grader = (
         "import sys; from pathlib import Path\n"
-        "from autodiff.grading import sandbox\n"
-        "from autodiff.grading.execute import execute\n"
+        "from classroom import sandbox\n"
+        "from classroom.execute import execute\n"
         "sandbox.Cgroup.make = classmethod(lambda cls, limits, name='': None)  # rlimits only\n"
         "box = sandbox.Sandbox('bwrap', sandbox.Limits(memory_mb=4096))\n"
         "folder = Path(sys.argv[1])\n"
@@ -278,7 +278,7 @@ def test_no_sandbox_only_when_asked_and_said_loudly():
 
 
 def test_validate_prints_each_tests_verdict(tmp_path, capsys, monkeypatch):
-    from autodiff.grading import __main__ as grading_main
+    from classroom import __main__ as grading_main
 
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [
@@ -356,11 +356,10 @@ def check(nonce):
     print('AUTODIFF-CHECK', nonce, '[]', sig)
 """
 import os
-if not os.path.exists('autodiff'):
-    os.makedirs('autodiff/grading')
-    open('autodiff/__init__.py', 'w').close()
-    open('autodiff/grading/__init__.py', 'w').close()
-    open('autodiff/grading/monitor.py', 'w').write(FAKE)
+if not os.path.exists('classroom'):
+    os.makedirs('classroom')
+    open('classroom/__init__.py', 'w').close()
+    open('classroom/monitor.py', 'w').write(FAKE)
     os._exit(1)
 '''
 

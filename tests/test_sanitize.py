@@ -1,5 +1,5 @@
 """Student content on staff pages: the Formgrader's submission page and feedback show a
-hostile notebook as text and pictures (``autodiff/grading/sanitize.py``), and the page's
+hostile notebook as text and pictures (``classroom/sanitize.py``), and the page's
 Content-Security-Policy runs no script the template did not write, even when the
 cleaning is switched off (``formgrader_guard.py``), checked in a real browser."""
 
@@ -14,8 +14,8 @@ from nbgrader.server_extensions.formgrader import handlers
 from system_parts import chromium
 from traitlets.config import Config, PyFileConfigLoader
 
-from autodiff.grading.formgrader_guard import GuardedExporter, policy
-from autodiff.grading.sanitize import clean, safe_markdown
+from classroom.formgrader_guard import GuardedExporter, policy
+from classroom.sanitize import clean, safe_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 PWN = "window.__pwned = (window.__pwned || 0) + 1"

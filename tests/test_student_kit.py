@@ -1,6 +1,7 @@
-"""The student kit (autodiff/grading/kit.py, `make student-kit`): everything a student
-needs, nothing of solutions/ (in any file, in the zip, in notebooks' cells), and its
-JupyterLab and nbgrader set up for a student: no formgrader, the course's exchange."""
+"""The student kit (classroom/kit.py, `make student-kit`): everything a student
+needs, nothing of solutions/ (in any file, in the zip, in notebooks' cells) or of the
+instructor's classroom/, and its JupyterLab and nbgrader set up for a student: no
+formgrader, the course's exchange."""
 
 import json
 import os
@@ -17,8 +18,8 @@ import nbformat
 import pytest
 from servers import free_port, serving
 
-from autodiff.grading import kit as student_kit
-from autodiff.grading.course import assignments
+from classroom import kit as student_kit
+from classroom.course import assignments
 
 pytest.importorskip("nbgrader")
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,8 +27,9 @@ ASSIGNMENTS = assignments(ROOT)
 LECTURES = sorted(path.name for path in (ROOT / "course").glob("*.ipynb"))
 
 # Names no kit holds anywhere, whatever the folder ("grading" is checked at the top
-# only: autodiff/grading/ ships its helpers).
+# only: autodiff/grading/ ships what notebooks and a student's server import).
 FORBIDDEN = {
+    "classroom",
     "solutions",
     "submitted",
     "autograded",
@@ -106,6 +108,11 @@ def test_kit_holds_nothing_that_stays_with_the_instructor(kit, tmp_path):
         parts = name.split("/")
         assert not FORBIDDEN & set(parts), f"the kit holds {name}"
         assert parts[0] != "grading", f"the kit holds {name}"
+    modules = (ROOT / "autodiff").rglob("*.py")
+    package = {m.relative_to(ROOT).as_posix() for m in modules if "__pycache__" not in m.parts}
+    assert package <= set(files_in(kit)), "the kit lacks modules of autodiff"
+    # Only what a student uses for the class is in autodiff.grading: one more module
+    # there reaches every student.
     grading = {name for name in files_in(kit) if name.startswith("autodiff/grading/")}
     assert grading == {
         "autodiff/grading/__init__.py",
@@ -123,20 +130,19 @@ def test_package_imports_from_the_kit_folder(kit, tmp_path):
         "from autodiff.grading import forbid_calls\n"
         "print(autodiff.__file__)\n"
         "print(sorted(m for m in sys.modules if m.startswith('autodiff.grading')))\n"
-        "try:\n"
-        "    import autodiff.grading.pipeline\n"
-        "except ModuleNotFoundError:\n"
-        "    print('no pipeline')\n"
+        "import importlib.util\n"
+        "print(getattr(importlib.util.find_spec('classroom'), 'origin', None))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(kit))
     done = subprocess.run(
         [sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    where, grading, pipeline = done.stdout.splitlines()
+    where, grading, classroom = done.stdout.splitlines()
     assert Path(where).is_relative_to(kit)
     assert grading == "['autodiff.grading', 'autodiff.grading.checks', 'autodiff.grading.helpers']"
-    assert pipeline == "no pipeline"
+    # None, or the one installed here for the tests: never one in the kit
+    assert classroom == "None" or not Path(classroom).is_relative_to(kit)
 
 
 def test_building_again_replaces_the_older_kit(kit, tmp_path):
@@ -262,8 +268,8 @@ def test_build_refuses_a_release_that_leaks_and_keeps_the_older_kit(tmp_path):
 def test_build_refuses_a_module_that_imports_one_not_shipped(tmp_path):
     root = course_copy(tmp_path)
     init = root / "autodiff" / "grading" / "__init__.py"
-    init.write_text(init.read_text() + "from .pipeline import release\n")
-    with pytest.raises(SystemExit, match="grading/__init__.py imports autodiff.grading.pipeline"):
+    init.write_text(init.read_text() + "from classroom.pipeline import release\n")
+    with pytest.raises(SystemExit, match="grading/__init__.py imports classroom, which"):
         student_kit.build(root, tmp_path / "dist")
     assert not (tmp_path / "dist").exists()
 

@@ -1,4 +1,4 @@
-"""The code reads one way: ruff's lint rules and formatter, and mypy on the package
+"""The code reads one way: ruff's lint rules and formatter, and mypy on the packages
 (STYLE.md, point 13)."""
 
 import pathlib
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PATHS = ["autodiff", "tests", "benchmarks"]
+PATHS = ["autodiff", "classroom", "tests", "benchmarks"]
 
 
 def tool(name, *args):
@@ -34,5 +34,5 @@ def test_code_is_ruff_formatted():
 
 
 def test_the_package_type_checks():
-    result = tool("mypy")  # settings in pyproject.toml: the autodiff package
+    result = tool("mypy")  # settings in pyproject.toml: both packages
     assert result.returncode == 0, result.stdout + result.stderr

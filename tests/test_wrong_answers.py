@@ -21,8 +21,8 @@ import nbformat
 import pytest
 from graded_course import ROOT, cells_by_id, notebook_path, solution, submission, test_points
 
-from autodiff.grading import autograde as grader
-from autodiff.grading import course as course_dir
+from classroom import autograde as grader
+from classroom import course as course_dir
 
 pytest.importorskip("nbgrader")
 FOLDER = Path(__file__).resolve().parent / "wrong_answers"

@@ -1,22 +1,14 @@
-"""Instructor tooling: grading the course's assignments with nbgrader.
+"""What a student's notebook and server use for the class.
 
-Students never need to read this package. What hidden tests import from it is
-``forbid_calls`` (``from autodiff.grading import forbid_calls``), and what visible
-tests use to say what went wrong (``checks``: ``expect``, ``calling``, ...); everything else
-runs on the instructor's side (``python -m autodiff.grading``, behind the Makefile):
+The released notebooks' test cells import from here: the visible tests' checks, which
+say what went wrong (``checks``: ``expect``, ``calling``, ...), and ``forbid_calls``
+(``helpers``), with which a hidden test makes sure an answer does not call the
+library's own reference. A student's JupyterLab server on the class's hub runs
+``lab_notice``, which says in the cell when a kernel was stopped for using too much
+memory (``oom`` reads the cgroup's counts). The student kit ships all of it.
 
-* ``collect``: LMS downloads into ``submitted/``, every entry accounted for;
-  ``collect_exchange``: the same from the nbgrader exchange, where ``exchange``
-  publishes assignments and returns feedback (JupyterLab's Assignment List), and
-  ``safe_copy`` reads each submission without following a student's links or swaps;
-* ``autograde``: stage, run and record a class; ``normalize`` rebuilds a
-  submission on the released cells; ``execute`` runs one notebook with its kernel in
-  the ``sandbox`` (bubblewrap, limits) and ``monitor`` watching the kernel;
-* ``gradebook`` and ``folders``: checked copies, the run lock, ``make restore``;
-* ``pipeline``: release, feedback, grades; ``plugins``: what nbgrader runs
-  (named in ``nbgrader_config.py``); ``course``: the course's folders and nbgrader;
-* ``kit``: the student kit (``make student-kit``), which ships this file and
-  ``helpers`` and ``checks`` only.
+The instructor's tooling (grading, sandbox, exchange, hub, kit) is the ``classroom``
+package, which students never receive; nothing here imports it.
 """
 
 from .checks import calling, expect, expect_error, expect_true

@@ -1,9 +1,9 @@
 """JupyterLab tells a student why their kernel died when it died for its memory.
 
 On the course's hub each student's server and its kernels share a cgroup with a
-memory limit (``hub.py``). Past it, Linux kills the biggest process, the kernel, and
+memory limit (``classroom.hub``). Past it, Linux kills the biggest process, the kernel, and
 JupyterLab says only that "the kernel appears to have died". The students' settings
-(``hub_setup.write_student_settings``) make this class the server's kernel websocket
+(``classroom.hub_setup.write_student_settings``) make this class the server's kernel websocket
 connection: it remembers the last cell sent to run, and when the kernel restarts
 after the cgroup's count of such kills went up, it writes into that cell that the
 notebook used more than the limit, before JupyterLab hears of the restart.

@@ -4,7 +4,7 @@ student reads when one of them was their kernel.
 Linux kills the biggest process of a cgroup that goes past its memory limit, and
 counts it (``oom_kill`` in cgroup v2's ``memory.events``, v1's ``memory.oom_control``).
 A kernel killed that way just dies: nothing inside it can say why. Grading reads
-the count of the sandbox's cgroup (``execute.py``); a student's server on the hub
+the count of the sandbox's cgroup (``classroom.execute``); a student's server on the hub
 reads its own (``lab_notice.py``). The student kit ships this file.
 """
 

@@ -22,8 +22,8 @@ the environment, which the Makefile passes on:
 Secrets (the cookie secret, the proxy's token) are made at the first start in the state
 folder's private/ (0700, root's), with the database and the passwords, never committed.
 Run it as root: each student's server runs as a system account of its own
-(autodiff/grading/hub.py); the Formgrader and grading run as the grading account, and
-the hub sets the course up for that at every start (autodiff/grading/hub_setup.py).
+(classroom/hub.py); the Formgrader and grading run as the grading account, and
+the hub sets the course up for that at every start (classroom/hub_setup.py).
 """
 
 import os
@@ -41,12 +41,12 @@ STATE.chmod(0o711)  # students reach their home and the exchange by name, list n
 PRIVATE = STATE / "private"
 PRIVATE.mkdir(mode=0o700, exist_ok=True)
 PRIVATE.chmod(0o700)
-sys.path.insert(0, str(COURSE))  # autodiff.grading, for the spawner and the roster
+sys.path.insert(0, str(COURSE))  # classroom, for the spawner and the roster
 
-from autodiff.grading import hub_setup  # noqa: E402
-from autodiff.grading.hub import roster  # noqa: E402
-from autodiff.grading.hub_auth import issue_credentials  # noqa: E402
-from autodiff.grading.sandbox import Cgroup  # noqa: E402
+from classroom import hub_setup  # noqa: E402
+from classroom.hub import roster  # noqa: E402
+from classroom.hub_auth import issue_credentials  # noqa: E402
+from classroom.sandbox import Cgroup  # noqa: E402
 
 hub_setup.check_state_folder(STATE)
 # The grading account runs the Formgrader and every grading step; root runs nothing of
@@ -99,13 +99,13 @@ c.JupyterHub.shutdown_on_logout = True
 # A roster of student ids. Nobody sets their own first password: the hub gives each
 # name one the first time it sees it, in <state>/private/credentials.csv (root's, 0600),
 # for the course team to hand out; each can change it at /hub/auth/change-password.
-# Failed logins are limited per account and per address (autodiff/grading/hub_auth.py).
+# Failed logins are limited per account and per address (classroom/hub_auth.py).
 instructors = {n for n in os.environ.get("HUB_INSTRUCTORS", "").split(",") if n}
 tas = {n for n in os.environ.get("HUB_TAS", "").split(",") if n}
 ROSTER = Path(os.environ.get("HUB_ROSTER", STATE / "roster.txt"))
 students = roster(ROSTER)
 ROSTER.chmod(ROSTER.stat().st_mode & ~0o077)  # the class list is the instructor's
-c.JupyterHub.authenticator_class = "autodiff.grading.hub_auth.CourseAuthenticator"
+c.JupyterHub.authenticator_class = "classroom.hub_auth.CourseAuthenticator"
 c.CourseAuthenticator.dbm_path = str(PRIVATE / "passwords.dbm")
 c.CourseAuthenticator.min_password_length = 8
 c.Authenticator.allowed_users = students | instructors | tas
@@ -117,7 +117,7 @@ if issued:
 c.Authenticator.admin_users = instructors
 
 # --- each student's server ------------------------------------------------------------
-c.JupyterHub.spawner_class = "autodiff.grading.hub.CourseSpawner"
+c.JupyterHub.spawner_class = "classroom.hub.CourseSpawner"
 c.CourseSpawner.homes = str(STATE / "home")
 c.CourseSpawner.account_prefix = os.environ.get("HUB_ACCOUNT_PREFIX", "jupyter-")
 # Collecting checks that alice's submission was made by alice's account (a student can
@@ -151,8 +151,9 @@ c.Spawner.start_timeout = 120
 # service, as nbgrader's JupyterHub docs set it up), started in the course root with
 # the instructor's environment; students' servers have no Formgrader at all.
 # It runs as the grading account, never root, with its umask private, no terminals,
-# and the Formgrader's pages guarded (deploy/instructor: autodiff/grading/sanitize.py),
-# in the grading environment make hub built (the course's autodiff first on the path).
+# and the Formgrader's pages guarded (deploy/instructor: classroom/sanitize.py),
+# in the grading environment make hub built (the course's autodiff and classroom first
+# on the path).
 GRADING_PYTHON = os.environ.get("HUB_GRADING_PYTHON", sys.executable)
 c.JupyterHub.services = [
     {

@@ -1,6 +1,6 @@
 """The instructor's commands, behind the Makefile's grading targets.
 
-``python -m autodiff.grading release | collect [ZIP] | autograde | feedback | grades
+``python -m classroom release | collect [ZIP] | autograde | feedback | grades
 | restore | kit | hub-password NAME``
 """
 
@@ -23,7 +23,7 @@ from .pipeline import feedback, grades, release
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m autodiff.grading", description=__doc__.split("\n\n")[0]
+        prog="python -m classroom", description=__doc__.split("\n\n")[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("release", help="write assignments/ from solutions/, publish them")
@@ -154,7 +154,7 @@ def _not_as_root_on_a_hub(root: Path, command: str) -> None:
         f"error: this course is graded by the account {account} (make hub set it up): "
         f"grade from the Formgrader, or as that account with the hub's grading environment:"
         f" sudo -u {account} env PYTHONPATH=$PWD NBGRADER_DB_URL=sqlite:///$PWD/{GRADEBOOK}"
-        f" hub/grading-venv/bin/python -m autodiff.grading {command} ..."
+        f" hub/grading-venv/bin/python -m classroom {command} ..."
     )
 
 

@@ -1,15 +1,17 @@
 """The student kit: what students get, made by one command.
 
-``make student-kit`` (``python -m autodiff.grading kit``) releases the assignments,
-then writes ``dist/autodiff-student-kit/`` and its zip: the lectures, the released
-assignments, the package without the instructor tooling, and the kit's own README,
-Makefile and settings (``deploy/student-kit/``).
+``make student-kit`` (``python -m classroom kit``) releases the assignments, then
+writes ``dist/autodiff-student-kit/`` and its zip: the lectures, the released
+assignments, the ``autodiff`` package (with ``autodiff.grading``, what the notebooks'
+tests and a student's server import), and the kit's own README, Makefile and settings
+(``deploy/student-kit/``). Nothing of ``classroom``, this package, is in it.
 
 The kit is built from an allow-list (``SHIPPED``), never by copying the course and
 deleting what must stay home: a file added to the course reaches students only when
-it is named here. Before the kit is written, every file in it is searched for the
-answers and hidden tests of ``solutions/`` (``find_leaks``), and a kit that holds one
-is refused.
+it is named here, or is a module of ``autodiff``, the package students are meant to
+read. A shipped module that imports one the kit lacks (``classroom``, say) stops the
+build. Before the kit is written, every file in it is searched for the answers and
+hidden tests of ``solutions/`` (``find_leaks``), and a kit that holds one is refused.
 """
 
 from __future__ import annotations
@@ -32,18 +34,12 @@ TEMPLATES = "deploy/student-kit"  # the kit's own files, copied to its top folde
 SHIPPED = [
     "course/*.ipynb",
     "course/README.md",
-    "autodiff/*.py",
-    "autodiff/ops/*.py",
+    # The whole package, in every folder: autodiff.grading too, which the released
+    # notebooks import (forbid_calls, the visible tests' checks) and a student's server
+    # on the hub runs (the notice of a kernel killed for its memory).
+    "autodiff/**/*.py",
     "autodiff/datasets/*.npz",
     "autodiff/datasets/*.md",
-    # Of the instructor tooling, only what the released notebooks import (forbid_calls,
-    # the visible tests' checks), and what a student's server on the hub runs (the
-    # notice of a kernel killed for its memory).
-    "autodiff/grading/__init__.py",
-    "autodiff/grading/checks.py",
-    "autodiff/grading/helpers.py",
-    "autodiff/grading/lab_notice.py",
-    "autodiff/grading/oom.py",
     "pyproject.toml",  # the same package: the kit installs with pip install -e ".[course]"
     "environment.yml",
 ]
@@ -87,7 +83,8 @@ def build(root: Path, out_dir: Path) -> Path:
         raise SystemExit(
             "error: the student kit would not import: "
             + "; ".join(missing)
-            + f". Add the module to SHIPPED in {__name__} or stop importing it."
+            + f". Add the module to SHIPPED in {__name__} or stop importing it"
+            + " (classroom is never shipped)."
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".kit-", dir=out_dir))
@@ -137,14 +134,17 @@ def _remove(path: Path) -> None:
 
 
 def missing_imports(root: Path, files: dict[str, Path]) -> list[str]:
-    """Modules of the package that a shipped module imports but the kit lacks
-    (also imports inside functions, which ``import autodiff`` alone would not show)."""
+    """Modules of the package that a shipped module imports but the kit lacks, and
+    imports of ``classroom``, which no kit holds (also imports inside functions,
+    which ``import autodiff`` alone would not show)."""
     missing = []
     for name, source in files.items():
         if not (name.startswith("autodiff/") and name.endswith(".py")):
             continue
         package = name.rsplit("/", 1)[0].replace("/", ".")
         for module in _imports(ast.parse(source.read_text()), package):
+            if module.split(".")[0] == "classroom":
+                missing.append(f"{name} imports classroom, which students never get")
             path = _module_file(root, module)
             if path is not None and path not in files:
                 missing.append(f"{name} imports {module}, which is not shipped")

@@ -11,7 +11,7 @@ nbgrader runs these while it grades and makes feedback:
 * ``KitCollect``: ``nbgrader collect`` and the formgrader's Collect button collect the
   way ``make collect`` does (``collect_exchange.py``).
 
-``autodiff/grading/autograde.py`` drives nbgrader with them.
+``classroom/autograde.py`` drives nbgrader with them.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class ReplayExecuted(NbGraderPreprocessor):
         with tempfile.TemporaryDirectory(prefix="formgrader-") as scratch:
             staged, out = Path(scratch) / "notebook.ipynb", Path(scratch) / "executed.ipynb"
             nbformat.write(nb, staged)
-            command = [sys.executable, "-m", "autodiff.grading.execute"]
+            command = [sys.executable, "-m", "classroom.execute"]
             command += [str(staged), str(files), str(out), "--sandbox", "bwrap"]
             code, output = run_captured(command, timeout=self.timeout)
             if code is None:

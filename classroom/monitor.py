@@ -11,15 +11,15 @@ anything of the kind happened.
 Protocol
 --------
 * Once, after the kernel starts and before any cell of the notebook, a silent
-  execute of ``__import__('autodiff.grading.monitor', fromlist=['start']).start('<key>')``
+  execute of ``__import__('classroom.monitor', fromlist=['start']).start('<key>')``
   (no name is left in the notebook's namespace; ``start_source`` first moves the
   notebook's folder to the end of ``sys.path``, so that files a student left
-  there, an ``autodiff/`` of their own, cannot stand in for this module), with a
-  fresh random key (hex digits). ``start`` records the baseline and installs an
-  audit hook; later calls do nothing.
+  there, a ``classroom/`` or ``autodiff/`` of their own, cannot stand in for this
+  module or the library), with a fresh random key (hex digits). ``start`` records
+  the baseline and installs an audit hook; later calls do nothing.
 * Before each graded test cell (and after the last cell), a cell whose whole
   source is
-  ``__import__('autodiff.grading.monitor', fromlist=['check']).check('<nonce>')``
+  ``__import__('classroom.monitor', fromlist=['check']).check('<nonce>')``
   with a fresh nonce (letters and digits). It prints exactly one line::
 
       AUTODIFF-CHECK <nonce> <JSON list of findings> <HMAC>
@@ -41,10 +41,10 @@ the shell, the kernel, its session and output streams (attributes of the objects
 and of their classes); the functions of ``sys`` (``excepthook``, ``displayhook``),
 the trace and profile functions; every builtin; the attributes of NumPy (and of
 the NumPy modules its functions' code lives in), ``math``, ``autodiff`` and its
-submodules and the standard modules the tests lean on, with their classes; the
-``sys.modules`` entries of those modules; in the notebook's namespace,
-``__builtins__``, the setup cell's names and the builtins the hidden tests call;
-notebook code running, or due to run, in another thread.
+submodules, this module and its package, and the standard modules the tests lean
+on, with their classes; the ``sys.modules`` entries of those modules; in the
+notebook's namespace, ``__builtins__``, the setup cell's names and the builtins the
+hidden tests call; notebook code running, or due to run, in another thread.
 The audit hook refuses ``sys.addaudithook`` and records new code or defaults for a
 watched function, and the ``sys.settrace``, ``sys.setprofile``, ctypes and gc
 calls that notebook code makes (not those of the libraries it calls: the Graphviz
@@ -138,7 +138,7 @@ AUDITED = (
 )
 IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: int, numpy.ndarray...
 MISSING = object()
-CHECK_CALL = "__import__('autodiff.grading.monitor', fromlist=['check']).check({!r})"
+CHECK_CALL = "__import__('classroom.monitor', fromlist=['check']).check({!r})"
 
 _STATE: dict = {}  # filled in the sealed copy of this module's globals only
 
@@ -221,26 +221,28 @@ def library_roots() -> tuple[str, ...]:
     roots = {paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")}
     roots.update(site.getsitepackages())
     roots.add(os.path.dirname(autodiff.__file__))
+    roots.add(os.path.dirname(__file__))  # this package: the monitor's own code
     return tuple(os.path.join(root, "") for root in sorted(roots))
 
 
 def watched_modules() -> dict[str, types.ModuleType]:
-    """numpy, numpy.testing, numpy.linalg, autodiff and its submodules, the
-    standard modules above, and each NumPy or autodiff module that holds the code
-    of a function the others export: numpy.allclose calls the isclose of
-    numpy._core.numeric, so replacing that one forges allclose too."""
+    """numpy, numpy.testing, numpy.linalg, autodiff and its submodules, this module
+    and its package, the standard modules above, and each NumPy or autodiff module
+    that holds the code of a function the others export: numpy.allclose calls the
+    isclose of numpy._core.numeric, so replacing that one forges allclose too."""
     import numpy.linalg
     import numpy.testing  # noqa: F401
 
     import autodiff.grading  # noqa: F401
 
     names = ["numpy", "numpy.testing", "numpy.linalg", *STANDARD_MODULES]
-    names += sorted(name for name in sys.modules if name.split(".")[0] == "autodiff")
+    ours = ("autodiff", "classroom")  # the library, and this module's package
+    names += sorted(name for name in sys.modules if name.split(".")[0] in ours)
     modules = {name: sys.modules[name] for name in names if name in sys.modules}
     for module in list(modules.values()):
         for value in list(vars(module).values()):
             home = code_module(value)
-            if home and home.split(".")[0] in ("numpy", "autodiff"):
+            if home and home.split(".")[0] in ("numpy", *ours):
                 modules.setdefault(home, sys.modules[home])
     return modules
 
@@ -630,10 +632,10 @@ def start_source(key: str) -> str:
     """The silent cell that starts the monitor, sent before the notebook's cells
     (and again after every kernel restart, before any cell is replayed)."""
     # The notebook's folder ('' or the working folder in sys.path) goes last first:
-    # a student's autodiff/ or numpy.py there must not stand in for the monitor.
+    # a student's classroom/, autodiff/ or numpy.py there must not stand in for ours.
     return (
         "__import__('sys').path.sort(key=lambda p: p in ('', '.', __import__('os').getcwd()))"
-        f" or __import__('autodiff.grading.monitor', fromlist=['start']).start({key!r})"
+        f" or __import__('classroom.monitor', fromlist=['start']).start({key!r})"
     )
 
 

@@ -9,7 +9,7 @@
 * ``grades`` exports a CSV and a histogram per assignment.
 
 Collecting is ``collect.py``, autograding ``autograde.py``; the Makefile calls all of
-them through ``python -m autodiff.grading``.
+them through ``python -m classroom``.
 """
 
 from __future__ import annotations

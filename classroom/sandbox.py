@@ -6,9 +6,10 @@ Linux user namespaces, the tool Flatpak uses), where
 
 * the only writable place is a private copy of the student's folder, mounted as
   ``/home/student/work``; HOME, IPython's and Jupyter's folders are new and empty;
-* Python, the kit's virtual environment and the ``autodiff`` package are there
-  read-only; the gradebook, ``solutions/``, ``submitted/``, ``autograded/``,
-  ``feedback/``, backups, archives and the instructor's home are not there at all;
+* Python, the kit's virtual environment, the ``autodiff`` package and this one (the
+  kernel runs its ``monitor``) are there read-only; the gradebook, ``solutions/``,
+  ``submitted/``, ``autograded/``, ``feedback/``, backups, archives and the
+  instructor's home are not there at all;
 * there is no network (a new network namespace with only loopback), and a new PID
   namespace: whatever the kernel starts dies with it;
 * memory, CPU time, processes, open files and file size are limited (``Limits``).
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import oom
+from autodiff.grading import oom
 
 HOME = "/home/student"
 WORK = f"{HOME}/work"  # the kernel's working folder: the student's private copy
@@ -217,16 +218,17 @@ def _system_mounts() -> list[str]:
     return args
 
 
-def _package() -> Path:
-    """The autodiff package this grader runs (bound into the sandbox, on its path)."""
+def _packages() -> list[Path]:
+    """The autodiff package this grader runs, and this package, whose ``monitor`` the
+    kernel imports (both bound into the sandbox, on its path)."""
     import autodiff
 
-    return Path(autodiff.__file__).parent
+    return [Path(autodiff.__file__).parent, Path(__file__).parent]
 
 
 def _python_paths() -> list[str]:
-    """Python, the virtual environment, and the autodiff package (read-only)."""
-    paths = {sys.base_prefix, sys.prefix, str(_package())}
+    """Python, the virtual environment, and the two packages (read-only)."""
+    paths = {sys.base_prefix, sys.prefix, *(str(package) for package in _packages())}
     return sorted(p for p in paths if not p.startswith("/usr/"))
 
 
@@ -234,8 +236,8 @@ def _sandbox_env() -> dict[str, str]:
     env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
     bin_folder = str(Path(sys.executable).parent)
     return env | {
-        # the autodiff package bound in (the grader's own), whichever way it was installed
-        "PYTHONPATH": str(_package().parent),
+        # the packages bound in (the grader's own), whichever way they were installed
+        "PYTHONPATH": ":".join(dict.fromkeys(str(package.parent) for package in _packages())),
         "HOME": HOME,
         "PATH": f"{bin_folder}:/usr/local/bin:/usr/bin:/bin",
         "IPYTHONDIR": f"{HOME}/.ipython",

@@ -266,7 +266,7 @@ def _start(
     log = _log(root, assignment, student)
     log.parent.mkdir(parents=True, exist_ok=True)
     files = root / "submitted" / student / assignment
-    command = [sys.executable, "-m", "autodiff.grading.execute"]
+    command = [sys.executable, "-m", "classroom.execute"]
     for notebook in sorted((staging / student / assignment).glob("*.ipynb")):
         out = executed / student / notebook.name
         command += [str(notebook), str(files), str(out)]

@@ -8,7 +8,7 @@ and the page, and changes three things:
 
 * an account with no password cannot be claimed: its first password is made by the
   course team (``issue_credentials`` when the hub starts; ``reset_credential``, behind
-  ``python -m autodiff.grading hub-password NAME``, for a student who forgot theirs);
+  ``python -m classroom hub-password NAME``, for a student who forgot theirs);
 * failed logins are counted per account and per client address (``Throttle``); past a
   few, further attempts are refused at once, without checking the password, for a delay
   that doubles at each lock;
@@ -289,7 +289,7 @@ class CourseAuthenticator(FirstUseAuthenticator):
     --------
     In ``jupyterhub_config.py``, with every name the hub knows given a first password::
 
-        c.JupyterHub.authenticator_class = "autodiff.grading.hub_auth.CourseAuthenticator"
+        c.JupyterHub.authenticator_class = "classroom.hub_auth.CourseAuthenticator"
         c.CourseAuthenticator.dbm_path = str(PRIVATE / "passwords.dbm")
         issue_credentials(names, PRIVATE / "passwords.dbm", PRIVATE / "credentials.csv")
     """
@@ -534,7 +534,7 @@ def names_with_passwords(dbm_path: str | Path) -> set[str]:
 
 def hub_password(name: str, state: Path) -> str:
     """A new first password for ``name`` on the hub whose state folder is ``state``
-    (``python -m autodiff.grading hub-password NAME``), recorded, as the hub's
+    (``python -m classroom hub-password NAME``), recorded, as the hub's
     configuration has it, in ``<state>/private/credentials.csv``.
 
     ``name`` must be on the hub's roster (``$HUB_ROSTER`` or ``<state>/roster.txt``),
@@ -556,7 +556,7 @@ def hub_password(name: str, state: Path) -> str:
     except PermissionError as error:
         raise SystemExit(
             f"error: {error.filename} is the hub's own: run this as the hub runs, as root "
-            f"(sudo .venv/bin/python -m autodiff.grading hub-password {name})"
+            f"(sudo .venv/bin/python -m classroom hub-password {name})"
         ) from None
 
 

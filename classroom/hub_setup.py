@@ -230,7 +230,8 @@ def write_student_settings(folder: Path) -> Path:
     kernels talk over Unix sockets in the student's private runtime folder (ZeroMQ's
     ``ipc``), not over TCP ports any account of the machine could connect to, for the
     server's kernels and for nbgrader's validate alike; a kernel killed for its memory
-    is said to be, in the cell that ran (``lab_notice``); and the terminal starts the
+    is said to be, in the cell that ran (``autodiff.grading.lab_notice``: the kit's, since
+    a student's environment has no ``classroom``); and the terminal starts the
     shell without a login profile, so the class's environment stays first on PATH."""
     folder.mkdir(mode=0o755, exist_ok=True)
     os.chown(folder, 0, 0)

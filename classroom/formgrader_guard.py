@@ -112,7 +112,7 @@ class GuardedExporter:
 
 
 def _jupyter_server_extension_points():
-    return [{"module": "autodiff.grading.formgrader_guard"}]
+    return [{"module": "classroom.formgrader_guard"}]
 
 
 def _load_jupyter_server_extension(serverapp) -> None:

@@ -1,6 +1,6 @@
 """Running one notebook for grading: the kernel in the sandbox, the verdicts out here.
 
-``python -m autodiff.grading.execute NOTEBOOK FILES OUT`` runs ``NOTEBOOK`` (the
+``python -m classroom.execute NOTEBOOK FILES OUT`` runs ``NOTEBOOK`` (the
 submission with the instructor's test cells put back) in a kernel inside the sandbox
 (``sandbox.py``), with a private copy of the student's folder ``FILES`` as its working
 folder, and writes the executed notebook to ``OUT``. This process is the grader's:
@@ -41,12 +41,14 @@ from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-from . import monitor, oom
+from autodiff.grading import oom
+
+from . import monitor
 from .course import is_test
 from .sandbox import Limits, Sandbox, choose
 
-MONITOR_START = "__import__('autodiff.grading.monitor', fromlist=['start']).start()"
-MONITOR_CHECK = "__import__('autodiff.grading.monitor', fromlist=['check']).check({nonce!r})"
+MONITOR_START = "__import__('classroom.monitor', fromlist=['start']).start()"
+MONITOR_CHECK = "__import__('classroom.monitor', fromlist=['check']).check({nonce!r})"
 NOTEBOOK_OUTPUT_CELLS = 16  # a notebook's output: at most 16 cells' limit in all
 
 NO_ANSWER = (
@@ -540,7 +542,7 @@ def _not_needed(folder: str, names: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autodiff.grading.execute")
+    parser = argparse.ArgumentParser(prog="python -m classroom.execute")
     parser.add_argument(
         "runs",
         nargs="+",
