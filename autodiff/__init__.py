@@ -12,25 +12,13 @@ import sys
 
 from . import ops
 from .core import backend, graph, schedule
+from .core.errors import AutodiffError, DeviceError, DomainError, DTypeError, ShapeError
 from .core.gradients import jvp_graph
-from .core.graph import (
-    AutodiffError,
-    DeviceError,
-    DomainError,
-    DTypeError,
-    Node,
-    Op,
-    ShapeError,
-    Variable,
-    as_node,
-    constant,
-    deferred,
-    find_topo_sort,
-    tensor,
-)
+from .core.graph import Node, Op, Variable, as_node, constant, deferred, find_topo_sort, tensor
 from .drawing import expression, renderer, viz
 from .ops import *  # noqa: F403  (every op function: ad.exp, ad.matmul, ...)
 from .ops import __all__ as _op_names
+from .ops import static_shapes
 from .other_ways import algebra, forward, functional, numerical, simplification, symbolic
 from .other_ways.functional import grad, jvp, value_and_grad, vjp
 from .other_ways.numerical import check_grads
@@ -45,7 +33,6 @@ from .system import (
     parallel,
     passes,
     slots,
-    static_shapes,
 )
 from .system.executor import Executor, evaluate
 from .system.gradients import gradients

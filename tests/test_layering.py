@@ -1,8 +1,9 @@
 """The package reads one way down: no import cycle, no import of another module's
-private names, and a line budget for the core (docs/architecture.md, "The core's line
-budget"). Imports between the two packages go one way too: ``classroom`` (the
-instructor's tooling) imports ``autodiff``, nothing in ``autodiff`` imports
-``classroom``, and ``classroom`` has no import cycle either.
+private names, each folder importing only the layers below it, and a line budget for
+the files a student reads to learn the engine (tests/budget.toml). Imports between the
+two packages go one way too: ``classroom`` (the instructor's tooling) imports
+``autodiff``, nothing in ``autodiff`` imports ``classroom``, and ``classroom`` has no
+import cycle either.
 
 The imports are read from the source with ``ast`` (every import statement, also those
 inside functions: a lazy import is still a dependency), not by importing anything.
@@ -12,14 +13,12 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "autodiff"
 CLASSROOM = ROOT / "classroom"
-README = ROOT / "docs" / "architecture.md"
 
 
 def module_name(path: Path, package: Path) -> str:
@@ -230,46 +229,96 @@ def test_the_checks_find_a_planted_cycle_and_a_private_import(tmp_path):
     assert imports_of_classroom(package) == ["autodiff/e.py:2"]
 
 
-# --- the core's line budget ---------------------------------------------------------
+# --- the layers, one way up ----------------------------------------------------------
 
-CORE = (
-    "core/graph.py",
-    "ops/",
-    "core/gradients.py",
-    "core/schedule.py",
-    "core/executor.py",
-    "core/backend.py",
-)
-
-
-def budget() -> dict[str, int]:
-    """The table in docs/architecture.md: | `graph.py` | 500 | ... (files and budgets)."""
-    section = README.read_text().split("### The core's line budget", 1)[1].split("\n#", 1)[0]
-    rows = re.findall(r"^\| `([^`]+)` \| (\d+) \|", section, flags=re.MULTILINE)
-    return {name: int(lines) for name, lines in rows}
+# What each folder of the package may import besides itself: the core only the ops its
+# gradient rules are written with, the ops only the core, the system layer both, and the
+# layers above them what lies below. Nothing below imports what lies above it.
+MAY_IMPORT = {
+    "core": {"ops"},
+    "ops": {"core"},
+    "system": {"core", "ops"},
+    "other_ways": {"core", "ops", "system"},
+    "training": {"core", "ops", "system"},
+    "drawing": {"core", "ops", "system"},
+    "grading": {"core"},
+}
 
 
-def lines_of(name: str) -> int:
-    paths = sorted((PACKAGE / name).rglob("*.py")) if name.endswith("/") else [PACKAGE / name]
-    return sum(len(path.read_text().splitlines()) for path in paths)
+def folder_of(module: str) -> str | None:
+    """The folder of autodiff/ a module is in (None: autodiff/*.py, the public API)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else None
 
 
-def test_the_core_keeps_its_line_budget():
-    allowed = budget()
-    assert sorted(allowed) == sorted(CORE), f"the budget names {sorted(allowed)}"
-    counts = {name: lines_of(name) for name in CORE}
-    width = max(map(len, CORE))
-    print("\nthe core's lines (budget in docs/architecture.md):")
-    for name in CORE:
-        print(f"  {name:<{width}} {counts[name]:>5} / {allowed[name]}")
-    print(f"  {'total':<{width}} {sum(counts.values()):>5} / {sum(allowed.values())}")
-    over = [f"{n}: {counts[n]} lines, budget {allowed[n]}" for n in CORE if counts[n] > allowed[n]]
+def imports_across_layers(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        folder = folder_of(module)
+        for target in sorted(targets):
+            other = folder_of(target) or "autodiff/__init__.py"
+            if folder is not None and other != folder and other not in MAY_IMPORT[folder]:
+                wrong.append(f"{module} imports {target}")
+    return wrong
+
+
+def test_each_folder_imports_only_the_layers_below_it():
+    graph = import_graph()
+    folders = {folder_of(m) for m in graph} - {None}
+    assert folders == set(MAY_IMPORT), f"folders without a rule: {folders - set(MAY_IMPORT)}"
+    wrong = imports_across_layers(graph)
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_the_layer_check_finds_an_import_from_above():
+    planted = {
+        "autodiff.core.gradients": {"autodiff.system.gradient_cache", "autodiff.ops"},
+        "autodiff.system.gradient_cache": {"autodiff.core.graph"},
+        "autodiff.ops": {"autodiff.core.graph"},
+        "autodiff.core.graph": {"autodiff"},
+    }
+    assert imports_across_layers(planted) == [
+        "autodiff.core.gradients imports autodiff.system.gradient_cache",
+        "autodiff.core.graph imports autodiff",
+    ]
+
+
+# --- the reading set's line budget --------------------------------------------------------
+
+BUDGET = tomllib.loads((ROOT / "tests" / "budget.toml").read_text())
+READING = ROOT / "docs" / "reading-the-code.md"
+
+
+def lines_of(path: str) -> int:
+    return len((ROOT / path).read_text().splitlines())
+
+
+def test_the_reading_set_keeps_its_line_budget():
+    """``pytest -s -k budget`` prints each file's lines against its budget."""
+    files: dict[str, int] = BUDGET["files"]
+    counts = {path: lines_of(path) for path in files}
+    width = max(map(len, files))
+    print("\nthe reading set's lines (budget: tests/budget.toml):")
+    for path, allowed in files.items():
+        print(f"  {path:<{width}} {counts[path]:>5} / {allowed}")
+    print(f"  {'total':<{width}} {sum(counts.values()):>5} / {BUDGET['total']}")
+    over = [f"{p}: {counts[p]} lines, budget {files[p]}" for p in files if counts[p] > files[p]]
     assert not over, (
-        "the core grew past its budget: " + "; ".join(over) + ". Make it smaller, or raise "
-        "the budget in docs/architecture.md (The core's line budget) and say why in the commit."
+        "the reading set grew past its budget: " + "; ".join(over) + ". Make it smaller, "
+        "or raise the budget in tests/budget.toml and say why in the commit."
     )
+    assert sum(counts.values()) <= BUDGET["total"], f"{sum(counts.values())} lines in all"
 
 
-@pytest.mark.parametrize("name", CORE)
-def test_each_core_file_exists(name):
-    assert lines_of(name) > 0, f"{name} is in the budget but not in the package"
+def test_the_reading_set_is_the_whole_core_and_the_elementwise_ops():
+    core = sorted(str(p.relative_to(ROOT)) for p in (PACKAGE / "core").glob("*.py"))
+    assert sorted(BUDGET["files"]) == sorted([*core, "autodiff/ops/elementwise.py"])
+
+
+def test_the_reading_order_gives_every_file_with_its_true_line_count():
+    """docs/reading-the-code.md: a row per file, | 1 | `autodiff/core/graph.py` | 595 | ..."""
+    rows = re.findall(r"^\| (\d+) \| `([^`]+)` \| (\d+) \|", READING.read_text(), re.MULTILINE)
+    assert [path for _, path, _ in rows] == list(BUDGET["files"]), "the order of budget.toml"
+    assert [int(k) for k, _, _ in rows] == list(range(1, len(rows) + 1))
+    wrong = [f"{p}: says {n}, has {lines_of(p)}" for _, p, n in rows if int(n) != lines_of(p)]
+    assert not wrong, "docs/reading-the-code.md's line counts: " + "; ".join(wrong)

@@ -22,16 +22,8 @@ from typing import Any
 
 from ..ops import ones_like, sum_to_like, zeros_like
 from . import backend
-from .graph import (
-    OPERATORS,
-    Constant,
-    DTypeError,
-    Node,
-    TensorLeaf,
-    as_node,
-    deferred,
-    find_topo_sort,
-)
+from .errors import DTypeError
+from .graph import OPERATORS, Constant, Node, TensorLeaf, as_node, deferred, find_topo_sort
 from .schedule import fill_values
 
 Rule = Callable[[Node, Node], Sequence["Node | None"]]  # (node, its adjoint) -> per input

@@ -22,28 +22,7 @@ from contextvars import ContextVar
 from typing import Any, ClassVar, NamedTuple
 
 from . import backend
-
-
-class AutodiffError(Exception):
-    """An error already written for a student: it names the op, the shapes or dtypes,
-    and what to do. ``Op.run`` passes these on as they are, and explains any other."""
-
-
-class ShapeError(AutodiffError, ValueError):
-    """Inputs whose shapes do not fit together (the message names the op and the shapes)."""
-
-
-class DTypeError(AutodiffError, TypeError):
-    """An input whose dtype the op cannot take (the message names the op and the dtype)."""
-
-
-class DeviceError(AutodiffError, ValueError):
-    """Inputs of one op on different devices (the message names the op and both devices)."""
-
-
-class DomainError(AutodiffError, ValueError):
-    """An input value outside what the op accepts (class indices out of range, ...)."""
-
+from .errors import AutodiffError, DeviceError, DTypeError
 
 # Inside ``deferred()``: the list recording the nodes built, in creation order (a
 # topological order), which are not computed; outside (None) a node is computed as

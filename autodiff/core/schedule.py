@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from . import backend
-from .graph import Constant, Node, Placeholder, ShapeError, compute, find_topo_sort
+from .errors import ShapeError
+from .graph import Constant, Node, Placeholder, compute, find_topo_sort
 
 Step = tuple[Node, list[Node]]  # the node to compute, the values to free after it
 

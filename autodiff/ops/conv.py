@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from ..core import backend
 from ..core.backend import namespace
-from ..core.graph import DomainError, Node, Op, ShapeError, Spec, as_node, named
-from ..system.static_shapes import UNKNOWN, Signatures, has_rank, is_symbol
+from ..core.errors import DomainError, ShapeError
+from ..core.graph import Node, Op, Spec, as_node, named
 from .linalg import matmul
 from .reductions import max, mean
 from .shape import reshape, transpose
+from .static_shapes import UNKNOWN, Signatures, has_rank, is_symbol
 
 
 def _pair(value, what: str) -> tuple[int, int]:

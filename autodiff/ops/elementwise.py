@@ -18,8 +18,9 @@ from typing import ClassVar
 from ..core.backend import broadcast_shapes as broadcast_shapes_of
 from ..core.backend import device_of, is_weak_scalar, namespace, weak_number
 from ..core.backend import result_dtype as numpy_result_dtype
-from ..core.graph import DomainError, Node, Op, ShapeError, Spec, describe
-from ..system.static_shapes import broadcast_shapes, result_dtype
+from ..core.errors import DomainError, ShapeError
+from ..core.graph import Node, Op, Spec, describe
+from .static_shapes import broadcast_shapes, result_dtype
 
 
 class Elementwise(Op, register=False):

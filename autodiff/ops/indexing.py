@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import namespace, to_device
-from ..core.graph import Node, Op, ShapeError, Spec, named
-from ..system.static_shapes import UNKNOWN, has_rank, is_static, result_dtype
+from ..core.errors import ShapeError
+from ..core.graph import Node, Op, Spec, named
 from .elementwise import zeros_like
 from .shape import expand_dims, shape_of
+from .static_shapes import UNKNOWN, has_rank, is_static, result_dtype
 
 
 def normalize_index(key: Any) -> tuple:

@@ -7,9 +7,10 @@ two axes when its flag is set, as in BLAS. Leading axes are batch axes and broad
 from __future__ import annotations
 
 from ..core.backend import namespace
-from ..core.graph import Node, Op, ShapeError, Spec, as_node, named
-from ..system.static_shapes import UNKNOWN, broadcast_shapes, has_rank, is_symbol, result_dtype
+from ..core.errors import ShapeError
+from ..core.graph import Node, Op, Spec, as_node, named
 from .shape import expand_dims, squeeze
+from .static_shapes import UNKNOWN, broadcast_shapes, has_rank, is_symbol, result_dtype
 
 
 def _matrix_transpose(x):

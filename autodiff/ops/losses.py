@@ -14,10 +14,11 @@ import functools
 import numpy as np
 
 from ..core.backend import check_later, device_of, is_floating, namespace
-from ..core.graph import DomainError, DTypeError, Node, Op, ShapeError, Spec, named
-from ..system.static_shapes import UNKNOWN, is_symbol, result_dtype, same
+from ..core.errors import DomainError, DTypeError, ShapeError
+from ..core.graph import Node, Op, Spec, named
 from .reductions import count, log_softmax, logsumexp_values, softmax, sum
 from .shape import shape_of
+from .static_shapes import UNKNOWN, is_symbol, result_dtype, same
 
 
 def check_labels(labels, logits):

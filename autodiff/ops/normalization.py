@@ -17,7 +17,8 @@ each example, batch norm over the examples (and pixels) of each channel.
 
 from __future__ import annotations
 
-from ..core.graph import Node, ShapeError, as_node, named
+from ..core.errors import ShapeError
+from ..core.graph import Node, as_node, named
 from .conv import static_shape
 from .elementwise import sqrt
 from .reductions import mean

@@ -10,10 +10,11 @@ array and logsumexp gives -inf (the log of an empty sum).
 from __future__ import annotations
 
 from ..core.backend import index_dtype, namespace
-from ..core.graph import DTypeError, Node, Op, Spec, named
-from ..system.static_shapes import UNKNOWN, has_rank
+from ..core.errors import DTypeError
+from ..core.graph import Node, Op, Spec, named
 from .elementwise import equal, exp, ones_like, sqrt, where, zeros_like
 from .shape import broadcast_like, normalize_axes
+from .static_shapes import UNKNOWN, has_rank
 
 
 def _axis(axis):

@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 
 from ..core.backend import is_weak_scalar, namespace
-from ..core.graph import Node, Op, ShapeError, Spec
-from ..system.static_shapes import UNKNOWN, has_rank, is_static, same
+from ..core.errors import ShapeError
+from ..core.graph import Node, Op, Spec
+from .static_shapes import UNKNOWN, has_rank, is_static, same
 
 
 def shape_of(x) -> tuple[int, ...]:

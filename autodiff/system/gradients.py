@@ -23,13 +23,14 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from ..core import gradients as core
+from ..core.errors import ShapeError
 from ..core.gradients import AdjointStep, Rule, input_gradients, reverse_pass
-from ..core.graph import OPERATORS, Node, ShapeError, deferred, find_topo_sort
+from ..core.graph import OPERATORS, Node, deferred, find_topo_sort
 from ..ops import ones_like
+from ..ops.static_shapes import Signatures
 from .checkpoint import Recomputation, choose_checkpoints
 from .gradient_cache import cached_gradients, check_not_released, enabled, intermediates, released
 from .slots import fill_values
-from .static_shapes import Signatures
 
 # The gradients sent on without sum_to_like because, when they were built, the op's
 # output and input had the same shape: known from values, in imperative graphs. Each

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import backend
-from ..core.graph import Node, ShapeError, Spec, find_topo_sort, spec_of
+from ..core.errors import ShapeError
+from ..core.graph import Node, Spec, find_topo_sort, spec_of
 from ..core.schedule import resolve_feeds
 
 Interval = tuple[int, int]  # (first step, last step), both included

@@ -44,7 +44,7 @@ from ..core.backend import is_weak_scalar
 from ..core.graph import Constant, Node, TensorLeaf, constant, deferred, find_topo_sort
 from ..ops import elementwise as ew
 from ..ops import shape as shape_ops
-from .static_shapes import Signatures
+from ..ops.static_shapes import Signatures
 
 Rule = Callable[[Node], "Node | None"]
 Pass = Callable[[Sequence[Node]], "tuple[list[Node], PassReport]"]

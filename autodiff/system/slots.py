@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Sequence
 from typing import Any, TypeVar
 
-from ..core.graph import DTypeError, Node, Placeholder, find_topo_sort
+from ..core.errors import DTypeError
+from ..core.graph import Node, Placeholder, find_topo_sort
 
 Step = tuple[Node, list[int], list[int]]  # node, input slots, slots to free after it
 Compute = Callable[[Node, list], Any]  # (node, its inputs' values) -> its value

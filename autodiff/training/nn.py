@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..core import backend
-from ..core.graph import Node, ShapeError, TensorLeaf, Variable, constant, tensor
+from ..core.errors import ShapeError
+from ..core.graph import Node, TensorLeaf, Variable, constant, tensor
 from ..ops import (
     avg_pool2d,
     conv2d,

@@ -21,6 +21,10 @@ The helpers below (``same``, ``broadcast_shapes``, ``result_dtype``) are NumPy's
 extended to symbols: two signatures that compare equal are equal in every run (for a
 graph that runs without error); signatures that differ may still turn out equal.
 Passes only act on equality.
+
+It sits with the ops because their shape rules use these helpers, and ops made of
+others (``conv2d``, ``batch_norm``) need a shape while the graph is built; the passes
+(system/passes.py) and ``ad.gradients`` (system/gradients.py) read it from there.
 """
 
 from __future__ import annotations
