@@ -38,8 +38,15 @@ SHIPPED = [
     # notebooks import (forbid_calls, the visible tests' checks) and a student's server
     # on the hub runs (the notice of a kernel killed for its memory).
     "autodiff/**/*.py",
-    "autodiff/datasets/*.npz",
-    "autodiff/datasets/*.md",
+    "autodiff/training/datasets/*.npz",
+    "autodiff/training/datasets/*.md",
+    # What a student reads beside the lectures: the reading order of the engine, the
+    # library in full, the system layer, drawing (and its figures).
+    "docs/reading-the-code.md",
+    "docs/students.md",
+    "docs/system.md",
+    "docs/lecturers.md",
+    "docs/figures/*.svg",
     "pyproject.toml",  # the same package: the kit installs with pip install -e ".[course]"
     "environment.yml",
 ]

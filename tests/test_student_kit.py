@@ -97,6 +97,27 @@ def test_kit_holds_what_a_student_needs(kit):
     for assignment in ASSIGNMENTS:
         name = f"assignments/{assignment}/{assignment}.ipynb"
         assert files[name] == (ROOT / name).read_bytes(), f"{name} is not the release"
+    # The package's data (the bundled data sets), as the installed package has it.
+    data = [p for p in (ROOT / "autodiff").rglob("*") if p.is_file() and p.suffix in (".npz",)]
+    assert data, "the package ships data sets"
+    for path in data:
+        name = path.relative_to(ROOT).as_posix()
+        assert files.get(name) == path.read_bytes(), f"the kit lacks {name}"
+
+
+def test_every_page_of_the_kit_links_only_to_files_in_it(kit):
+    """The kit's README sends students to the reading order; no link of a page in the
+    kit leads out of it (to instructors' pages, say)."""
+    files = files_in(kit)
+    assert "docs/reading-the-code.md" in files
+    assert "docs/reading-the-code.md" in files["README.md"].decode()
+    for name in [n for n in files if n.endswith(".md")]:
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", files[name].decode()):
+            if "://" in target:
+                continue
+            linked = (Path(name).parent / target).as_posix()
+            resolved = Path(os.path.normpath(linked)).as_posix()
+            assert resolved in files, f"{name} links {target}, which the kit lacks"
 
 
 def test_zip_unpacks_into_the_kit_folder(kit, tmp_path):

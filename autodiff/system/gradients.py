@@ -22,9 +22,18 @@ from functools import partial
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from ..core import gradients as core
 from ..core.errors import ShapeError
-from ..core.gradients import AdjointStep, Rule, input_gradients, reverse_pass
+from ..core.gradients import (
+    AdjointStep,
+    Rule,
+    check_nodes,
+    check_output_grad,
+    input_gradients,
+    is_imperative,
+    reverse_pass,
+    valued,
+)
+from ..core.gradients import backward as core_backward
 from ..core.graph import OPERATORS, Node, deferred, find_topo_sort
 from ..ops import ones_like
 from ..ops.static_shapes import Signatures
@@ -74,9 +83,9 @@ def gradients(
     >>> float(ddx.value)
     2.0
     """
-    wrt = core.check_nodes("gradients", output, wrt)
-    output_grad = core.check_output_grad(output, output_grad)
-    imperative = core.is_imperative(output, output_grad)
+    wrt = check_nodes("gradients", output, wrt)
+    output_grad = check_output_grad(output, output_grad)
+    imperative = is_imperative(output, output_grad)
     build = partial(_build, output, wrt, output_grad, checkpoint, steps, imperative)
     if imperative:
         check_not_released(output)
@@ -110,7 +119,7 @@ def _build(
         rule = shape_aware_rule(imperative, recompute)
         grads = reverse_pass(topo_order, wrt, seed, rule, on_step)
     if imperative:
-        fill_values(core.valued(grads, wrt), built, set(release).difference(grads))
+        fill_values(valued(grads, wrt), built, set(release).difference(grads))
     return grads
 
 
@@ -144,7 +153,7 @@ def _stand_in(real: Node, cached: Node) -> Node:
 
 
 # ``loss.backward()`` goes through this layer's gradients too: the cache, as in training.
-OPERATORS["backward"] = partial(core.backward, through=gradients)  # type: ignore[assignment]
+OPERATORS["backward"] = partial(core_backward, through=gradients)  # type: ignore[assignment]
 
 
 @contextmanager
