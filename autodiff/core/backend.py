@@ -28,7 +28,7 @@ _cupy = None
 _default_device = "cpu"
 
 
-def _import_cupy():
+def import_cupy():
     """Import CuPy on first use, so that ``import autodiff`` never needs it."""
     global _cupy
     if _cupy is None:
@@ -86,7 +86,7 @@ def namespace(*arrays: Any):
     """
     for x in arrays:
         if type(x) is not np.ndarray and type(x).__module__.startswith("cupy"):
-            return _import_cupy()
+            return import_cupy()
     return np
 
 
@@ -118,7 +118,7 @@ def gpu_problem() -> str | None:
     once CuPy has compiled (with NVRTC) and run a tiny kernel, checked once per process."""
     global _kernel_problem
     try:
-        cupy = _import_cupy()
+        cupy = import_cupy()
         if cupy.cuda.runtime.getDeviceCount() == 0:
             return "CuPy sees no CUDA device on this machine."
     except Exception as exc:  # no CuPy, or no driver
@@ -152,7 +152,7 @@ def set_default_device(device: str) -> None:
     global _default_device
     device = normalize_device(device)
     if device == "gpu":
-        _import_cupy()  # fail now, with the install hint, rather than at the first op
+        import_cupy()  # fail now, with the install hint, rather than at the first op
     _default_device = device
 
 
@@ -184,9 +184,7 @@ def asarray(data: Any, dtype: Any = None, device: str | None = None, copy: bool 
     """
     target = normalize_device(device) if device is not None else device_of(data)
     if target == "gpu":
-        cupy = _import_cupy()
-        if _recorder is not None and device_of(data) != "gpu":
-            raise CaptureRefused("copies data from the host to the GPU")
+        cupy = import_cupy()
         if dtype is None and not hasattr(data, "dtype"):
             dtype = _GPU_DEFAULT_DTYPE if _is_floating_data(data) else None
         return cupy.array(data, dtype=dtype) if copy else cupy.asarray(data, dtype=dtype)
@@ -232,93 +230,10 @@ def raise_failed_checks() -> None:
         return
     checks = list(_pending.values())
     _pending.clear()
-    failed = _import_cupy().stack([flag for flag, _ in checks]).get()
+    failed = import_cupy().stack([flag for flag, _ in checks]).get()
     for (_, error), bad in zip(checks, failed, strict=True):
         if bad:
             raise error
-
-
-@contextmanager
-def worker_stream(values: Sequence[Any], streams: dict[int, Any], worker: int) -> Iterator[None]:
-    """For worker ``worker`` of the parallel executor: GPU kernels launched inside go to
-    the worker's own CUDA stream (made at its first GPU node, kept in ``streams``), which
-    is waited for at the end, so that the value is complete before another worker's
-    stream reads it. On the CPU, nothing."""
-    xp = namespace(*values)
-    if xp is np:
-        yield
-        return
-    if worker not in streams:
-        streams[worker] = xp.cuda.Stream(non_blocking=True)
-    with streams[worker]:
-        yield
-    streams[worker].synchronize()
-
-
-# -- CUDA graphs (capture.py): a stream's kernels recorded once, then replayed ----------
-
-_recorder: Recorder | None = None  # the one recording now, if any
-
-
-class CaptureRefused(Exception):
-    """Work that a CUDA graph cannot record (capture.py runs it as usual instead)."""
-
-
-class Recorder:
-    """A CUDA stream and a memory pool of one recording's own (capture.py).
-
-    Inside ``active()`` CuPy launches its kernels on the stream and allocates from the
-    pool, which nothing else uses: a replay writes where the recording wrote, so that
-    memory must stay the recording's. ``record(work)`` records the kernels ``work()``
-    launches into a CUDA graph, without running them.
-    """
-
-    def __init__(self):
-        cupy = _import_cupy()
-        self.pool = cupy.cuda.MemoryPool()
-        self.stream = cupy.cuda.Stream(non_blocking=True)
-
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        cupy = _import_cupy()
-        # What the default stream has queued (a parameter's update) comes first.
-        cupy.cuda.get_current_stream().synchronize()
-        try:
-            with cupy.cuda.using_allocator(self.pool.malloc), self.stream:
-                yield
-        finally:  # after an error too: nothing queued on the stream outlives the block
-            self.stream.synchronize()
-
-    def record(self, work) -> Any:
-        """The CUDA graph of the kernels ``work()`` launches; ``graph.launch()`` runs them.
-        Raises what ``work`` raises, or CUDA's error when the recording broke."""
-        global _recorder
-        self.stream.begin_capture()
-        _recorder = self
-        try:
-            work()
-        except BaseException:
-            _recorder = None
-            try:
-                self.stream.end_capture()
-            except Exception:  # (a capture that broke: its error is not the news)
-                pass
-            raise
-        _recorder = None
-        return self.stream.end_capture()
-
-    def refusal(self, work) -> str | None:
-        """Why ``work()`` cannot be recorded ("NotImplementedError: calling cuBLAS ..."),
-        or None if it can. A trial: the recording is dropped, and any checks it left."""
-        try:
-            with collected_checks():
-                self.record(work)
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}"
-        return None
-
-    def held_bytes(self) -> int:
-        return int(self.pool.total_bytes())
 
 
 @contextmanager
@@ -340,7 +255,7 @@ def memory_info() -> dict[str, int]:
     Freed GPU arrays go back to the pool, not to the driver, so ``held_bytes`` stays
     flat across training steps once the pool has warmed up.
     """
-    pool = _import_cupy().get_default_memory_pool()
+    pool = import_cupy().get_default_memory_pool()
     return {"used_bytes": int(pool.used_bytes()), "held_bytes": int(pool.total_bytes())}
 
 

@@ -28,7 +28,8 @@ CUDA, CuPy or the kit refuse run as usual.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,63 @@ from .slots import Step
 
 RECORDINGS_KEPT = 4  # the latest, by their keys (a training loop's last batch is smaller)
 RECORDINGS_BEFORE_GIVING_UP = 8  # after which the Executor runs compiled
+
+
+class CaptureRefused(Exception):
+    """Work that a CUDA graph cannot record (it runs as usual instead)."""
+
+
+class Recorder:
+    """A CUDA stream and a memory pool of one recording's own.
+
+    Inside ``active()`` CuPy launches its kernels on the stream and allocates from the
+    pool, which nothing else uses: a replay writes where the recording wrote, so that
+    memory must stay the recording's. ``record(work)`` records the kernels ``work()``
+    launches into a CUDA graph, without running them.
+    """
+
+    def __init__(self):
+        cupy = backend.import_cupy()
+        self.pool = cupy.cuda.MemoryPool()
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        cupy = backend.import_cupy()
+        # What the default stream has queued (a parameter's update) comes first.
+        cupy.cuda.get_current_stream().synchronize()
+        try:
+            with cupy.cuda.using_allocator(self.pool.malloc), self.stream:
+                yield
+        finally:  # after an error too: nothing queued on the stream outlives the block
+            self.stream.synchronize()
+
+    def record(self, work) -> Any:
+        """The CUDA graph of the kernels ``work()`` launches; ``graph.launch()`` runs them.
+        Raises what ``work`` raises, or CUDA's error when the recording broke."""
+        self.stream.begin_capture()
+        try:
+            work()
+        except BaseException:
+            try:
+                self.stream.end_capture()
+            except Exception:  # (a capture that broke: its error is not the news)
+                pass
+            raise
+        return self.stream.end_capture()
+
+    def refusal(self, work) -> str | None:
+        """Why ``work()`` cannot be recorded ("NotImplementedError: calling cuBLAS ..."),
+        or None if it can. A trial: the recording is dropped, and any checks it left."""
+        try:
+            with backend.collected_checks():
+                self.record(work)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def held_bytes(self) -> int:
+        return int(self.pool.total_bytes())
 
 
 @dataclass
@@ -104,7 +162,7 @@ class Recording:
     """One recorded run: what each replay does, and what it must be fed as."""
 
     key: tuple
-    recorder: backend.Recorder
+    recorder: Recorder
     leaves: list  # held, so that no other array takes a recorded one's id (the key)
     fed: list[tuple[int, Any]]  # (leaf slot, the buffer its value is copied into)
     actions: list  # Launch and AsUsual, in order
@@ -196,7 +254,7 @@ class Capture:
         return tuple(key)
 
     def _record(self, values: list, key: tuple) -> list | None:
-        recorder = backend.Recorder()
+        recorder = Recorder()
         fed = [
             (i, values[i].copy())
             for i in self.leaf_slots
@@ -230,7 +288,7 @@ class Capture:
         # buffers (a step's that runs as usual, a feed's).
         return [backend.copy_of(r) for r in results]
 
-    def _try_each_step(self, recorder: backend.Recorder, values: list) -> tuple[dict, list]:
+    def _try_each_step(self, recorder: Recorder, values: list) -> tuple[dict, list]:
         """Run the schedule, first recording each step alone (a trial, dropped). Returns
         the steps that cannot be recorded, each with why and the value it gave (the
         recording's buffer for it), and this run's results."""
@@ -250,7 +308,7 @@ class Capture:
         return as_usual, [values[i] for i in self.result_slots]
 
     def _record_segments(
-        self, recorder: backend.Recorder, values: list, as_usual: dict
+        self, recorder: Recorder, values: list, as_usual: dict
     ) -> tuple[list, list, list]:
         """Record the schedule in segments, cut at the steps in ``as_usual``: those run
         as usual at each replay, into the buffer their first run's value is (the later
@@ -277,7 +335,7 @@ class Capture:
             close_segment()
             out = as_usual[i][1]
             if backend.device_of(out) != "gpu":
-                raise backend.CaptureRefused(
+                raise CaptureRefused(
                     f"{node.op.name} gives {type(out).__name__}, not a GPU array: the "
                     f"steps after it would bake its value into their kernels"
                 )

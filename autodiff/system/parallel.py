@@ -19,9 +19,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..core import backend
 from ..core.graph import Node
@@ -103,7 +106,7 @@ class ParallelRun:
         args = [run.values[j] for j in input_slots]
         start = time.perf_counter()
         try:
-            with backend.worker_stream(args, self._streams, worker):  # GPU: its own stream
+            with worker_stream(args, self._streams, worker):  # GPU: its own stream
                 value = (
                     node.op.run(args, node.attrs)
                     if run.compute is None
@@ -194,3 +197,20 @@ def as_workers(workers: Any) -> int:
             f"Executor: workers must be a whole number of threads, 1 or more, got {workers!r}."
         )
     return workers
+
+
+@contextmanager
+def worker_stream(values: Sequence[Any], streams: dict[int, Any], worker: int) -> Iterator[None]:
+    """For worker ``worker`` of the parallel executor: GPU kernels launched inside go to
+    the worker's own CUDA stream (made at its first GPU node, kept in ``streams``), which
+    is waited for at the end, so that the value is complete before another worker's
+    stream reads it. On the CPU, nothing."""
+    xp = backend.namespace(*values)
+    if xp is np:
+        yield
+        return
+    if worker not in streams:
+        streams[worker] = xp.cuda.Stream(non_blocking=True)
+    with streams[worker]:
+        yield
+    streams[worker].synchronize()
