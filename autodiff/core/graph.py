@@ -97,7 +97,7 @@ class Node:
         self.name = name if name is not None else op.name
         self.value = None
         # Creation order is the order the program was written in, and a topological
-        # order (inputs exist first): memory.py runs graphs in it.
+        # order (inputs exist first): system/memory.py runs graphs in it.
         self.serial = new_serial()
         self.grad = None  # filled by backward() (PyTorch's habit; see gradients.backward)
 
@@ -234,12 +234,12 @@ class Node:
 
 
 class Spec(NamedTuple):
-    """What shape inference knows of a value without computing it (see memory.py).
+    """What shape inference knows of a value without computing it (see system/memory.py).
 
     ``dtype`` is None for a Python number. ``view`` is True when an op's output shares
     the memory of its first input (a reshape, a transpose): it costs no new bytes.
     Memory planning gives shape rules plain shapes and dtypes; graph passes give them
-    symbols for what is not known yet (static_shapes.py).
+    symbols for what is not known yet (ops/static_shapes.py).
 
     >>> Spec((2, 3), "float64")
     Spec(shape=(2, 3), dtype='float64', view=False)
@@ -270,12 +270,12 @@ class Op:
       written with ops; ``None`` means a zero tangent;
     * ``infer(*input_specs, **attrs)``: the shape rule, the output's ``Spec`` (shape,
       dtype, whether it is a view of input 0) from the inputs' Specs, with no data.
-      Memory planning (memory.py) and graph passes (static_shapes.py) both use it;
+      Memory planning (system/memory.py) and graph passes (ops/static_shapes.py) both use it;
       the second passes symbols for unknown lengths, shapes and dtypes, so rules
-      combine shapes with the helpers of static_shapes.py (``broadcast_shapes``...).
+      combine shapes with the helpers of ops/static_shapes.py (``broadcast_shapes``...).
 
     ``compute_into(out, *input_vals, **attrs)``, where an op has it, writes the result
-    into the array ``out`` (memory.py plans these buffers); ``in_place = True`` says
+    into the array ``out`` (system/memory.py plans these buffers); ``in_place = True`` says
     the output may overwrite an input of its shape, as elementwise ops can.
 
     Defining a subclass registers it in ``Op.registry``, which the test suite loops
@@ -294,7 +294,7 @@ class Op:
     shape_inputs: ClassVar[tuple[int, ...]] = ()
     # Positions that may hold integers (class labels); integers are never differentiated.
     integer_inputs: ClassVar[tuple[int, ...]] = ()
-    # Memory planning (memory.py). in_place: the output may overwrite an input of its
+    # Memory planning (system/memory.py). in_place: the output may overwrite an input of its
     # shape. takes_out: the op has a ``compute_into`` (a family may decide per op).
     in_place: ClassVar[bool] = False
     takes_out: ClassVar[bool] = False
@@ -305,7 +305,7 @@ class Op:
     # suite checks their values against NumPy instead of their derivatives.
     differentiable: ClassVar[bool] = True
     # True for ops that draw new random numbers each time they run (dropout's mask): a
-    # recorded CUDA graph would replay the same draws, so capture.py runs them as usual.
+    # recorded CUDA graph would replay the same draws, so system/capture.py runs them as usual.
     is_random: ClassVar[bool] = False
     # True for ops that take Python numbers as they are (elementwise ops: NumPy's
     # functions and operators do, and a number stays weak there). The others call array

@@ -229,7 +229,7 @@ def col2im(
 def static_shape(x: Node) -> tuple | None:
     """x's shape while the graph is built, None for each length not known yet: its
     value's shape, a placeholder's declared one, or for a symbolic node the one its ops'
-    shape rules infer (static_shapes.py). None if not even the rank is known.
+    shape rules infer (ops/static_shapes.py). None if not even the rank is known.
 
     >>> import autodiff as ad
     >>> static_shape(ad.Variable("x", shape=(None, 3)) * 2)

@@ -7,7 +7,7 @@ gradients back to each input's shape, so the rules here never mention broadcasti
 
 An op whose ``ufunc`` names the array library's function (``"multiply"``) can also
 write its result into a given array (``compute_into``, once for the family), so that
-a memory plan (memory.py) can reuse buffers, or overwrite an input that is no longer
+a memory plan (system/memory.py) can reuse buffers, or overwrite an input that is no longer
 needed: elementwise ops may work in place.
 """
 
@@ -28,7 +28,7 @@ class Elementwise(Op, register=False):
     broadcasting), so the output may overwrite an input of its own shape (in place).
 
     Shape rule: the inputs' shapes broadcast together; the dtype is NumPy's result type
-    (both also with symbols for unknown lengths, see static_shapes.py).
+    (both also with symbols for unknown lengths, see ops/static_shapes.py).
     """
 
     in_place = True

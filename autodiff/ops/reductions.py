@@ -29,7 +29,7 @@ def _spread_axis(attrs: dict):
 def reduced_shape(shape, axis, keepdims: bool):
     """The shape left after reducing ``shape`` over ``axis`` (all axes when None).
 
-    Lengths may be symbols (static_shapes.py); of a shape of unknown rank, only a full
+    Lengths may be symbols (ops/static_shapes.py); of a shape of unknown rank, only a full
     reduction is known.
 
     >>> reduced_shape((2, 3, 4), 1, keepdims=False), reduced_shape((2, 3), None, True)

@@ -44,7 +44,7 @@ def _insert_ones(shape: tuple[int, ...], axis) -> tuple[int, ...]:
 def _reshaped(shape, target: tuple[int, ...]) -> tuple:
     """The shape a reshape of ``shape`` to ``target`` gives, with a -1 filled in.
 
-    The -1 stays UNKNOWN when ``shape`` holds symbols (static_shapes.py).
+    The -1 stays UNKNOWN when ``shape`` holds symbols (ops/static_shapes.py).
     """
     if not is_static(shape):
         return tuple(UNKNOWN if d == -1 else d for d in target)

@@ -2,10 +2,10 @@
 
 A pass may replace ``x * 1`` by ``x`` only if the product has the shape and dtype of
 ``x``: multiplying by an array of ones of a bigger shape broadcasts ``x``, and
-multiplying a float32 ``x`` by a float64 one upcasts it. So the passes (passes.py) first
+multiplying a float32 ``x`` by a float64 one upcasts it. So the passes (system/passes.py) first
 *infer* each node's signature, its shape and dtype, from the leaves, one op at a time,
 as shape inference does in TensorFlow or XLA. Each step is the op's own shape rule,
-``Op.infer``, the one that memory planning (memory.py) runs on concrete shapes. Known are
+``Op.infer``, the one that memory planning (system/memory.py) runs on concrete shapes. Known are
 
 * constants and tensors: their values' shapes and dtypes. A graph optimised with this
   knowledge is *specialised* to them: ``Executor(optimize=True)`` refuses a tensor fed

@@ -1,6 +1,6 @@
 """Straight-line code: a schedule compiled into one Python function.
 
-The Executor's loop (scheduling.run_schedule) looks up each node's inputs in a list,
+The Executor's loop (slots.run_schedule) looks up each node's inputs in a list,
 checks their dtypes, and turns NumPy's errors into readable ones. Once a run with some
 leaf dtypes has passed those checks, later runs with the same dtypes need none of it:
 the schedule becomes the source of one function, a line per op (``v7 = f7(v3, v5)``)
