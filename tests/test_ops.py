@@ -8,12 +8,15 @@ Ops marked ``differentiable = False`` (comparisons) have no derivatives to check
 values must equal NumPy's exactly, dtype included, and differentiating them must raise
 the error that says so."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import autodiff as ad
+from autodiff.system.memory import overwrites_inputs, writer
 from strategies import OP_CASES
 
 OPS = sorted(name for name, cls in ad.Op.registry.items() if not cls.is_leaf)
@@ -288,19 +291,19 @@ def test_shape_rule_agrees_with_compute(name, data):
     assert spec.view == np.shares_memory(node.value, node.inputs[0].value)
 
 
-@pytest.mark.parametrize("name", [n for n in OPS if ad.Op.registry[n].takes_out])
+@pytest.mark.parametrize("name", [n for n in OPS if writer(ad.Op.registry[n]._instance)])
 @given(data=st.data())
 def test_writing_into_out_gives_the_same_bits(name, data):
-    """With ``out=`` an op writes into the buffer it is given, with the same result; an op
-    marked ``in_place`` may be given one of its own inputs as ``out``."""
+    """An op that writes into a given buffer (memory plans, CUDA graphs) gives the same
+    result there; an elementwise op may be given one of its own inputs as ``out``."""
     case = data.draw(OP_CASES[name])
     node = case.fn(*[ad.tensor(a) for a in case.args])
     input_vals = [x.value for x in node.inputs]
     out = np.empty(np.shape(node.value), node.value.dtype)
-    assert node.op.run(input_vals, node.attrs, out=out) is out
+    assert node.op.run(input_vals, node.attrs, partial(writer(node.op), out)) is out
     np.testing.assert_array_equal(out, node.value)
     for i, x in enumerate(input_vals):
-        if node.op.in_place and np.shape(x) == out.shape and x.dtype == out.dtype:
+        if overwrites_inputs(node.op) and np.shape(x) == out.shape and x.dtype == out.dtype:
             copies = [np.copy(v) for v in input_vals]
-            node.op.run(copies, node.attrs, out=copies[i])
+            node.op.run(copies, node.attrs, partial(writer(node.op), copies[i]))
             np.testing.assert_array_equal(copies[i], node.value)

@@ -274,10 +274,6 @@ class Op:
       the second passes symbols for unknown lengths, shapes and dtypes, so rules
       combine shapes with the helpers of ops/static_shapes.py (``broadcast_shapes``...).
 
-    ``compute_into(out, *input_vals, **attrs)``, where an op has it, writes the result
-    into the array ``out`` (system/memory.py plans these buffers); ``in_place = True`` says
-    the output may overwrite an input of its shape, as elementwise ops can.
-
     Defining a subclass registers it in ``Op.registry``, which the test suite loops
     over: an op without a passing gradient check fails CI.
     """
@@ -294,10 +290,6 @@ class Op:
     shape_inputs: ClassVar[tuple[int, ...]] = ()
     # Positions that may hold integers (class labels); integers are never differentiated.
     integer_inputs: ClassVar[tuple[int, ...]] = ()
-    # Memory planning (system/memory.py). in_place: the output may overwrite an input of its
-    # shape. takes_out: the op has a ``compute_into`` (a family may decide per op).
-    in_place: ClassVar[bool] = False
-    takes_out: ClassVar[bool] = False
     # False for ops whose output has no derivative: comparisons (booleans), argmax
     # (indices). Their inputs may have any dtype, their tangent is zero (jvp gives None),
     # and their gradient rule raises ``not_differentiable``'s error, since a gradient
@@ -316,7 +308,6 @@ class Op:
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = cls.__name__.lower()
-        cls.takes_out = cls.compute_into is not Op.compute_into
         if register:
             Op.registry[cls.name] = cls
         cls._instance = cls()
@@ -343,10 +334,11 @@ class Op:
         node.value = compute(node, input_vals)
         return node
 
-    def run(self, input_vals: Sequence[Any], attrs: dict, out: Any = None) -> Any:
+    def run(self, input_vals: Sequence[Any], attrs: dict, compute: Any = None) -> Any:
         """``compute`` with the checks that turn NumPy errors into readable ones.
 
-        ``out``, for ops that take it, is the array to write the result into.
+        ``compute``, if given, computes instead of the op's own (the system layer writes
+        results into planned buffers this way).
         """
         if self.differentiable:  # floating-point inputs only (Python numbers are)
             for value in input_vals:
@@ -359,8 +351,8 @@ class Op:
                     input_vals = backend.numbers_as_arrays(input_vals)
                     break
         try:
-            if out is not None:
-                return self.compute_into(out, *input_vals, **attrs)
+            if compute is not None:
+                return compute(*input_vals, **attrs)
             return self.compute(*input_vals, **attrs) if attrs else self.compute(*input_vals)
         except AutodiffError:
             raise  # already written for a student
@@ -412,9 +404,6 @@ class Op:
 
     def compute(self, *input_vals, **attrs):
         raise NotImplementedError(f"{type(self).__name__}.compute")
-
-    def compute_into(self, out, *input_vals, **attrs):
-        raise NotImplementedError(f"{type(self).__name__} cannot write into a given array")
 
     def gradient(self, node: Node, output_grad: Node) -> list[Node | None]:
         raise NotImplementedError(f"{type(self).__name__}.gradient")

@@ -31,15 +31,10 @@ class Elementwise(Op, register=False):
     (both also with symbols for unknown lengths, see ops/static_shapes.py).
     """
 
-    in_place = True
     takes_numbers = True
     # The array library's function computing the op (np.multiply, cupy.multiply): with
     # it, compute_into writes the result into a given array. None: the op cannot.
     ufunc: ClassVar[str | None] = None
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        cls.takes_out = cls.ufunc is not None or "compute_into" in cls.__dict__
 
     def compute_into(self, out, *inputs):
         return getattr(namespace(*inputs), self.ufunc)(*inputs, out=out)

@@ -36,6 +36,7 @@ from typing import Any
 from ..core import backend
 from ..core.graph import describe
 from .compiled import INPUT_ERRORS, kernel
+from .memory import writer
 from .slots import Step
 
 RECORDINGS_KEPT = 4  # the latest, by their keys (a training loop's last batch is smaller)
@@ -144,8 +145,9 @@ class AsUsual:
 
     def __call__(self) -> None:
         node, out = self.node, self.out
-        if node.op.takes_out:  # (its output's shape follows its inputs', which are fixed)
-            node.op.compute_into(out, *self.input_vals, **node.attrs)
+        into = writer(node.op)
+        if into is not None:  # (its output's shape follows its inputs', which are fixed)
+            into(out, *self.input_vals, **node.attrs)
             return
         value = kernel(node)(*self.input_vals)
         if getattr(value, "shape", None) != out.shape or value.dtype != out.dtype:

@@ -27,14 +27,16 @@ into steps that could run in parallel.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..core import backend
 from ..core.errors import ShapeError
-from ..core.graph import Node, Spec, find_topo_sort, spec_of
+from ..core.graph import Node, Op, Spec, find_topo_sort, spec_of
 from ..core.schedule import resolve_feeds
+from ..ops.elementwise import Elementwise
 
 Interval = tuple[int, int]  # (first step, last step), both included
 
@@ -149,6 +151,21 @@ def _memory_owners(steps, specs, live) -> tuple[dict[Node, Node], dict[Node, Int
     return views, held
 
 
+def writer(op: Op) -> Callable | None:
+    """How ``op`` writes its result into a given array: its ``compute_into(out, *inputs,
+    **attrs)``, where it has one (an elementwise op has its family's when it names its
+    ``ufunc``). None when it cannot: its result is then a buffer of its own."""
+    if isinstance(op, Elementwise) and op.ufunc is None and "compute_into" not in vars(type(op)):
+        return None
+    return getattr(op, "compute_into", None)
+
+
+def overwrites_inputs(op: Op) -> bool:
+    """Whether ``op``'s output may overwrite an input of its shape: an elementwise op's
+    output element i needs element i of each input only (once read, it may go)."""
+    return isinstance(op, Elementwise) and writer(op) is not None
+
+
 @dataclass
 class _Assignment:
     buffer: dict[Node, int | None] = field(default_factory=dict)
@@ -181,12 +198,12 @@ def assign_buffers(steps, specs, views, held) -> _Assignment:
         if overwritten is not None:
             plan.in_place[node] = overwritten
             plan.buffer[node] = plan.buffer[overwritten]
-        elif node.op.takes_out and free.get(key):
+        elif writer(node.op) is not None and free.get(key):
             plan.buffer[node] = free[key].pop()  # the one freed last
         else:
             plan.buffer[node] = len(plan.buffer_bytes)
             plan.buffer_bytes.append(key[0])
-            if node.op.takes_out:
+            if writer(node.op) is not None:
                 plan.shared.add(len(plan.buffer_bytes) - 1)
         for owner in ending.get(t, []):
             b = plan.buffer[owner]
@@ -198,7 +215,7 @@ def assign_buffers(steps, specs, views, held) -> _Assignment:
 def _in_place_input(node, t, specs, views, held, plan) -> Node | None:
     """An input that ``node`` may overwrite: it dies at this step, in a planned buffer of
     the output's shape and dtype, and no other input is a view of it."""
-    if not (node.op.in_place and node.op.takes_out):
+    if not overwrites_inputs(node.op):
         return None
     for x in node.inputs:
         if (
@@ -348,7 +365,8 @@ class MemoryPlan:
         overwrites its input is then given that very array as ``out``, which CuPy
         writes in place (another view of the same memory it would copy first)."""
         b, spec = self.buffer[node], self.specs[node]
-        if node in self.views or b not in self.shared:
+        write = writer(node.op)  # (shared buffers are planned for these ops only)
+        if node in self.views or b not in self.shared or write is None:
             value = node.op.run(input_vals, node.attrs)
             if spec_of(value)[:2] != spec[:2]:
                 raise RuntimeError(
@@ -362,7 +380,7 @@ class MemoryPlan:
             shaped = buffers[b]
             if spec.shape not in shaped:
                 shaped[spec.shape] = next(iter(shaped.values())).reshape(spec.shape)
-            value = node.op.run(input_vals, node.attrs, out=shaped[spec.shape])
+            value = node.op.run(input_vals, node.attrs, partial(write, shaped[spec.shape]))
         for released in self._releases.get(node, ()):
             del buffers[released]
         return value
