@@ -18,7 +18,7 @@ import pytest
 
 from classroom import collect as collecting
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 A1, A2 = "a1_first", "a2_second"
 OLD, NEW = (2026, 11, 1, 9, 0, 0), (2026, 11, 2, 9, 0, 0)
 

@@ -25,7 +25,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from classroom import kit as student_kit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 Z2JH = ROOT / "deploy" / "z2jh"
 EXCHANGE = "/srv/nbgrader/exchange"  # nbgrader's default place, and the student kit's
 EXCHANGE_VOLUME = "nbgrader-exchange"

@@ -42,7 +42,7 @@ from classroom.hub_setup import write_accounts
 
 pytest.importorskip("nbgrader")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 A2 = "a2_forward_mode"
 NOTEBOOK = f"{A2}.ipynb"
 SANDBOX = "none" if sandboxing.bwrap_problem() else "auto"  # the sandbox is not tested here

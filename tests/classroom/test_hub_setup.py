@@ -22,7 +22,7 @@ from classroom import hub_setup
 from classroom.exchange import ACCOUNTS_FILE, COURSE_ID
 from classroom.sandbox import Cgroup
 
-GRADING = Path(__file__).parents[1] / "autodiff" / "grading"  # oom.py, which sandbox imports
+GRADING = Path(__file__).parents[2] / "autodiff" / "grading"  # oom.py, which sandbox imports
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ def test_folders_the_grading_account_makes_are_private_from_the_start(place, acc
     it makes is never readable by students, not even for a moment."""
     grader, student = accounts["grader"], accounts["student"]
     place.chmod(0o755)
-    config = (Path(__file__).parents[1] / "deploy/hub/jupyterhub_config.py").read_text()
+    config = (Path(__file__).parents[2] / "deploy/hub/jupyterhub_config.py").read_text()
     assert "umask 077 && exec" in config
     (place / "g").mkdir()
     os.chown(place / "g", grader.pw_uid, grader.pw_gid)
@@ -231,7 +231,7 @@ def test_the_grading_account_caps_its_sandboxes_in_a_cgroup_of_its_own(accounts)
         "print(*group.folders)\n"
         "group.remove()\n"
     )
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     python = _python_every_account_runs()
     ran = subprocess.run(
         ["runuser", "-u", grader.pw_name, "--", python, "-c", code],

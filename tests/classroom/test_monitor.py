@@ -19,7 +19,7 @@ pytest.importorskip("ipykernel")
 manager = pytest.importorskip("jupyter_client.manager")
 nbformat = pytest.importorskip("nbformat")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb"))
 KEY = secrets.token_hex(16)
 TIMEOUT = 120  # seconds a cell may take

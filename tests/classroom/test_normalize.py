@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from classroom.normalize import normalize, normalize_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 UNANSWERED = "def {}(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
 
 
@@ -393,7 +393,7 @@ def _is_answer(cell) -> bool:
 
 
 def _toy_source() -> nbformat.NotebookNode:
-    """The instructor's notebook: solutions and hidden tests (cf. test_instructor.py)."""
+    """The instructor's notebook: solutions and hidden tests (cf. test_pipeline.py)."""
     notebook = copy.deepcopy(RELEASED)
     solution = "def {}(x):\n    ### BEGIN SOLUTION\n    return {}\n    ### END SOLUTION"
     hidden = "\n### BEGIN HIDDEN TESTS\nassert {}\n### END HIDDEN TESTS"

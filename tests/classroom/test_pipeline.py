@@ -23,7 +23,7 @@ from classroom import plugins as nbgrader_plugins
 from classroom.sandbox import bwrap_problem
 
 pytest.importorskip("nbgrader")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOY = "toy"
 
 

@@ -17,7 +17,7 @@ from traitlets.config import Config, PyFileConfigLoader
 from classroom.formgrader_guard import GuardedExporter, policy
 from classroom.sanitize import clean, safe_markdown
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PWN = "window.__pwned = (window.__pwned || 0) + 1"
 ATTACKS = {
     "markdown image": f"<img src=x onerror='{PWN}'>",

@@ -22,7 +22,7 @@ from classroom import kit as student_kit
 from classroom.course import assignments
 
 pytest.importorskip("nbgrader")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = assignments(ROOT)
 LECTURES = sorted(path.name for path in (ROOT / "course").glob("*.ipynb"))
 

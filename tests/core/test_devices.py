@@ -254,7 +254,7 @@ def test_rebuilt_training_and_accuracy_on_each_device(device):
 
 
 def test_the_cupy_double_refuses_what_cupy_refuses():
-    """tests/fakecupy.py must fail where CuPy fails, or the -m gpu run proves nothing."""
+    """tests/shared/fakecupy.py must fail where CuPy fails, or the -m gpu run proves nothing."""
     import fakecupy
 
     gpu = fakecupy.asarray(np.ones(3, dtype=np.float32))
@@ -278,7 +278,7 @@ def test_the_cupy_double_refuses_what_cupy_refuses():
 
 
 def test_the_cupy_double_has_what_cupy_14_has_and_nothing_more():
-    """Names, keywords and fusion as CuPy 14.2 has them (tests/cupy_api.json was written by
+    """Names, keywords and fusion as CuPy 14.2 has them (tests/shared/cupy_api.json was written by
     CuPy itself on a GPU): the double is neither more permissive nor stricter."""
     import fakecupy
 
@@ -317,7 +317,7 @@ def test_the_gpu_benchmark_runs(capsys, monkeypatch):
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "bench_gpu.py"
+    path = pathlib.Path(__file__).parents[2] / "benchmarks" / "bench_gpu.py"
     spec = importlib.util.spec_from_file_location("bench_gpu", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

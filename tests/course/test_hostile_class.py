@@ -53,7 +53,7 @@ from classroom import sandbox as sandboxing
 
 pytest.importorskip("nbgrader")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAST_CELLS = {"GRADING_CELL_TIMEOUT": "10"}  # for the runs with loops (a1, a5)
 LOCKED = "another grading run is going"
 

@@ -13,7 +13,7 @@ import pytest
 
 from strategies import requires_gpu
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 COURSE = ROOT / "course"
 LECTURES = sorted(COURSE.glob("*.ipynb"))
 EXPECTED_LECTURES = [
@@ -115,9 +115,9 @@ def gpu_first_cell() -> str | None:
     ``cupy``; on a real GPU, nothing."""
     if os.environ.get("AUTODIFF_FAKE_GPU") != "1":
         return None
-    tests = str(pathlib.Path(__file__).parent)
+    shared = str(pathlib.Path(__file__).parents[1] / "shared")
     return (
-        f"import sys\nsys.path.insert(0, {tests!r})\n"
+        f"import sys\nsys.path.insert(0, {shared!r})\n"
         "import fakecupy\nsys.modules['cupy'] = fakecupy"
     )
 

@@ -1,6 +1,6 @@
-"""The wrong answers of tests/wrong_answers/, graded through the real pipeline.
+"""The wrong answers of tests/course/wrong_answers/, graded through the real pipeline.
 
-Each ``tests/wrong_answers/<assignment>.toml`` lists plausible wrong answers, each a
+Each ``tests/course/wrong_answers/<assignment>.toml`` lists plausible wrong answers, each a
 small edit of one instructor answer (``cell``: the answer cell's grade id; ``old`` ->
 ``new``: text replaced once), the test cells that must lose their points (``tests``)
 and whether a visible test catches it (``caught = "visible"``, so the student sees the

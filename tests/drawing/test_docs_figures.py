@@ -13,9 +13,9 @@ from PIL import Image
 
 from autodiff import renderer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "figures"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "figures"
 
 
 def figures_module():
@@ -67,7 +67,7 @@ def test_the_classic_figures_look_like_their_golden_images(name):
 
 
 def golden_image(png: bytes) -> Image.Image:
-    """What a golden image keeps of a picture (``python tests/test_readme_figures.py``
+    """What a golden image keeps of a picture (``python tests/drawing/test_docs_figures.py``
     writes them again, after a change meant to change the pictures)."""
     picture = Image.open(io.BytesIO(png))
     return Image.fromarray(blocks(png, (picture.width // 4, picture.height // 4)).astype(np.uint8))

@@ -20,7 +20,7 @@ import autodiff as ad
 from autodiff import renderer, viz
 from autodiff.__main__ import main
 
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "figures"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "figures"
 
 
 @pytest.fixture

@@ -190,7 +190,7 @@ def test_svg_without_dot(no_dot, classic, tmp_path):
     assert "<svg" in drawing.svg() and "adjoint of x" in drawing.svg()
     assert drawing.save(tmp_path / "f.svg").read_text().count("<svg") == 1
     assert drawing.save(tmp_path / "f.dot").read_text() == drawing.source
-    # PNG and PDF too, converted from the SVG (tests/test_figure_output.py checks them)
+    # PNG and PDF too, converted from the SVG (tests/drawing/test_figure_output.py checks them)
     assert drawing.save(tmp_path / "f.png").read_bytes().startswith(b"\x89PNG")
     assert drawing.save(tmp_path / "f.pdf").read_bytes().startswith(b"%PDF")
 

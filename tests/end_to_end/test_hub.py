@@ -43,7 +43,7 @@ from system_parts import chromium, require
 from classroom.exchange import owner
 from classroom.sandbox import Cgroup
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts" / "hub"
 ASSIGNMENT = "a1_numerical_symbolic"
 # Who answers what: all of it, part A (finite differences, 5 points), nothing.

@@ -44,7 +44,7 @@ from system_parts import require
 from classroom import kit
 from classroom.sandbox import bwrap_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
 ASSIGNMENT = "a1_numerical_symbolic"
 STUDENTS = ("alice", "bob")

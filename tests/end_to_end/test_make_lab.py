@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from servers import free_port, serving
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-for-the-lab"
 
 

@@ -1,7 +1,7 @@
 """Convolution, pooling and dropout (autodiff/ops/conv.py): forward values against loops
 that follow the definition (and PyTorch where it is installed), gradients against finite
 differences, on several stride / padding / dilation combinations. im2col and col2im, the
-two ops, are also in the registry-wide tests (tests/strategies.py)."""
+two ops, are also in the registry-wide tests (tests/shared/strategies.py)."""
 
 import importlib.util
 

@@ -1,5 +1,5 @@
 """The elementwise ops (abs, clip, where, the comparisons, ...) where the registry-wide
-checks (test_ops.py) cannot look: at the kinks (abs at 0, clip at its bounds, minimum's
+checks (test_every_op.py) cannot look: at the kinks (abs at 0, clip at its bounds, minimum's
 ties), where's broadcast gradients, the comparisons' booleans and their error, and
 Node's operators."""
 

@@ -1,7 +1,7 @@
 """Every registered op, checked the same way: forward against NumPy, gradients (reverse
 and forward mode, first and second order) against finite differences, the tangent rule
 against the gradient rule (one Jacobian, transposed), and float32 in giving float32 out.
-The loop is over ``Op.registry``, so a new op without a case in ``tests/strategies.py``
+The loop is over ``Op.registry``, so a new op without a case in ``tests/shared/strategies.py``
 fails here.
 
 Ops marked ``differentiable = False`` (comparisons) have no derivatives to check: their
@@ -27,7 +27,7 @@ DIFFERENTIABLE = [name for name in OPS if ad.Op.registry[name].differentiable]
 
 def test_every_registered_op_has_a_gradient_check():
     missing = set(OPS) - set(OP_CASES)
-    assert not missing, f"ops without a case in tests/strategies.py: {sorted(missing)}"
+    assert not missing, f"ops without a case in tests/shared/strategies.py: {sorted(missing)}"
 
 
 def test_registry_holds_the_ops_named_in_the_design():

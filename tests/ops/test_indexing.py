@@ -1,5 +1,5 @@
 """Indexing, joining, splitting, axes and matmul's vector rule, beyond what the registry-wide
-tests (tests/test_ops.py) check for every op: repeated indices, empty picks, graphs run
+tests (test_every_op.py) check for every op: repeated indices, empty picks, graphs run
 at a new shape, NumPy's vector rule for matmul, and the errors."""
 
 import numpy as np

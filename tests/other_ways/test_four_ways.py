@@ -110,7 +110,7 @@ def test_jvp_and_vjp_are_transposes(case):
 
 # -- the students' page says what the code does ---------------------------------------------
 
-STUDENTS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "students.md"
+STUDENTS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "students.md"
 
 
 def _four_ways_section():

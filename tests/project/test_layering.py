@@ -1,6 +1,6 @@
 """The package reads one way down: no import cycle, no import of another module's
 private names, each folder importing only the layers below it, and a line budget for
-the files a student reads to learn the engine (tests/budget.toml). Imports between the
+the files a student reads to learn the engine (tests/project/budget.toml). Imports between the
 two packages go one way too: ``classroom`` (the instructor's tooling) imports
 ``autodiff``, nothing in ``autodiff`` imports ``classroom``, and ``classroom`` has no
 import cycle either.
@@ -16,7 +16,7 @@ import re
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "autodiff"
 CLASSROOM = ROOT / "classroom"
 
@@ -285,7 +285,7 @@ def test_the_layer_check_finds_an_import_from_above():
 
 # --- the reading set's line budget --------------------------------------------------------
 
-BUDGET = tomllib.loads((ROOT / "tests" / "budget.toml").read_text())
+BUDGET = tomllib.loads(Path(__file__).with_name("budget.toml").read_text())
 READING = ROOT / "docs" / "reading-the-code.md"
 
 
@@ -298,14 +298,14 @@ def test_the_reading_set_keeps_its_line_budget():
     files: dict[str, int] = BUDGET["files"]
     counts = {path: lines_of(path) for path in files}
     width = max(map(len, files))
-    print("\nthe reading set's lines (budget: tests/budget.toml):")
+    print("\nthe reading set's lines (budget: tests/project/budget.toml):")
     for path, allowed in files.items():
         print(f"  {path:<{width}} {counts[path]:>5} / {allowed}")
     print(f"  {'total':<{width}} {sum(counts.values()):>5} / {BUDGET['total']}")
     over = [f"{p}: {counts[p]} lines, budget {files[p]}" for p in files if counts[p] > files[p]]
     assert not over, (
         "the reading set grew past its budget: " + "; ".join(over) + ". Make it smaller, "
-        "or raise the budget in tests/budget.toml and say why in the commit."
+        "or raise the budget in tests/project/budget.toml and say why in the commit."
     )
     assert sum(counts.values()) <= BUDGET["total"], f"{sum(counts.values())} lines in all"
 

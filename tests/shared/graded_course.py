@@ -6,7 +6,7 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def notebook_path(folder: Path, assignment: str) -> Path:

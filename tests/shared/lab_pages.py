@@ -1,5 +1,6 @@
 """What students and instructors do in the browser, shared by the browser tests
-(``test_browser.py``: JupyterLab on its own; ``test_hub.py``: through JupyterHub).
+(``end_to_end/test_lab_in_browser.py``: JupyterLab on its own; ``end_to_end/test_hub.py``:
+through JupyterHub).
 
 Each helper is one step as a person takes it: the Nbgrader menu's Assignment List
 (fetch, submit, fetch feedback) and the Formgrader's buttons, with Playwright's
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
 

@@ -3,7 +3,7 @@
 ``OP_CASES`` maps the name of every registered op to a strategy drawing a ``Case``: a
 function of Nodes that applies the op, float64 arguments at which the op is smooth
 (away from kinks such as relu's 0), and a NumPy reference for the forward value.
-``tests/test_ops.py`` loops over ``Op.registry``: an op missing here fails the suite.
+``tests/ops/test_every_op.py`` loops over ``Op.registry``: an op missing here fails the suite.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def extrema(op, reference):
 @st.composite
 def ties(draw):
     """tie_weights(x, max(x)): 1 where each slice's max is, 0 elsewhere. Distinct elements,
-    since a tie would make the finite differences jump (tests/test_statistics.py
+    since a tie would make the finite differences jump (tests/ops/test_reductions.py
     checks ties)."""
     x = draw(distinct_arrays(draw(shapes)))
     axis = draw(reduction_axis(x.ndim))
@@ -530,7 +530,7 @@ OP_CASES = {
 def indices(draw, shape):
     """Any index NumPy takes for an array of ``shape``: basic (ints, slices with steps,
     None, ...), integer arrays (repeats included) or a boolean mask; one that picks at
-    least one element (empty picks are tested on their own, in test_indexing.py)."""
+    least one element (empty picks are tested on their own, in tests/ops/test_indexing.py)."""
     kind = draw(st.sampled_from(["basic", "integers", "mask"]))
     if kind == "basic":
         index = hnp.basic_indices(shape, allow_newaxis=True, allow_ellipsis=True)
@@ -641,7 +641,7 @@ def place_parts(draw):
     case = draw(split_parts())
     (x,) = case.args
     node = case.fn(ad.constant(x))  # a split_part: place its part of a g back
-    assume(node.value.size > 0)  # (empty parts: tests/test_indexing.py)
+    assume(node.value.size > 0)  # (empty parts: tests/ops/test_indexing.py)
     like = ad.constant(np.zeros(x.shape))
     g = draw(arrays(node.shape))
     attrs = node.attrs

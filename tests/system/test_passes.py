@@ -227,7 +227,7 @@ def test_reports_print_as_tables():
 
 
 def test_the_system_page_example_runs():
-    page = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "system.md").read_text()
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "system.md").read_text()
     section = page.split("## Graph optimisation", 1)[1]
     code = section.split("```python", 1)[1].split("```")[0]
     namespace = {}
