@@ -37,7 +37,7 @@ lab: $(VENV)/.installed-course
 		JUPYTER_CONFIG_PATH="$(CURDIR)/deploy/instructor$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 		$(BIN)/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS)
 
-# Everything, then the GPU tests again on a CuPy double (tests/fakecupy.py), so that the
+# Everything, then the GPU tests again on a CuPy double (tests/shared/fakecupy.py), so that the
 # GPU code paths run even where there is no GPU.
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest

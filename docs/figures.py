@@ -2,7 +2,7 @@
 them again.
 
 Each is drawn by the WebAssembly Graphviz that ``pip install`` brings, so the files are
-the same on every machine; ``tests/test_readme_figures.py`` checks that they still say
+the same on every machine; ``tests/drawing/test_docs_figures.py`` checks that they still say
 what the code draws, and compares the classic figures with golden images.
 """
 
