@@ -64,7 +64,7 @@ def gradients(
     gradient nodes get values too; otherwise evaluate them with an ``Executor``.
 
     ``checkpoint`` keeps only some forward values for the backward pass and recomputes
-    the others from them (checkpoint.py): ``"sqrt"`` keeps about sqrt(n) of a chain of n
+    the others from them (system/checkpoint.py): ``"sqrt"`` keeps about sqrt(n) of a chain of n
     ops, an int k every k-th op, a list the nodes in it. The gradients are the same.
 
     ``steps``, a list, receives the steps of the reverse pass (``AdjointStep``: each
@@ -113,8 +113,9 @@ def _build(
         if checkpoint is not None:
             recompute = Recomputation(choose_checkpoints(output, checkpoint))
         topo_order = find_topo_sort([output]) if order is None else order
-        if order is not None and topo_order[-1] is not output:  # (a wrt the output
-            topo_order = topo_order[: topo_order.index(output) + 1]  # does not need: last)
+        # The cache's order ends with the nodes of wrt that the output does not need.
+        if topo_order[-1] is not output:
+            topo_order = topo_order[: topo_order.index(output) + 1]
         on_step = None if steps is None else steps.append
         rule = shape_aware_rule(imperative, recompute)
         grads = reverse_pass(topo_order, wrt, seed, rule, on_step)
