@@ -29,55 +29,56 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-# One round of every row in one process, for the autodiff found first on sys.path.
-ROUND = """
-import argparse, json, statistics, sys
-import bench_engine as engine, bench_training as training, bench_losses as losses
-import autodiff
-quick = {quick}
-args = argparse.Namespace(repeat=3 if quick else 5, target=0.01 if quick else 0.1)
-rows = {{}}
-for size in (1, 1000):
-    data = engine.np.random.default_rng(size).uniform(-1, 1, size).astype("float32")
-    steps = engine.make_steps(0, lambda: (data.copy(),), (engine.IMP, engine.SYM))
-    for peer, t in engine.time_steps(steps, args.repeat, args.target).items():
-        rows[f"chain, {{size}} element(s), us per op, {{peer}}"] = (
-            statistics.median(t) * 1e6 / engine.N_OPS)
-for label, sizes, batch in (("MLP 64-128-10", (64, 128, 10), 64),
-                            ("MLP 784-1024-1024-10", (784, 1024, 1024, 10), 256)):
-    steps = engine.make_steps(1, engine.mlp_setup(sizes, batch), (engine.IMP, engine.SYM))
-    for peer, t in engine.time_steps(steps, args.repeat, args.target).items():
-        rows[f"{{label}}, ms per step, {{peer}}"] = statistics.median(t) * 1e3
-for name in ("xor", "digits"):
-    task = training.make_task(name, quick)
-    runs = {{p: training.PEERS[p](task) for p in (training.REBUILT, training.COMPILED)}}
-    timed = {{p: (lambda r=r: (r(), [])) for p, r in runs.items()}}
-    for peer, t in engine.time_steps(timed, args.repeat, 0.2).items():
-        rows[f"train {{name}}, us per step, {{peer}}"] = (
-            statistics.median(t) / task["steps"] * 1e6)
-for setting in losses.SETTINGS:
-    for batch in (256, 65536):
-        t = losses.measure(setting, batch, quick)["coarse"]
-        rows[f"softmax cross-entropy, {{setting}}, batch {{batch}}, ms"] = (
-            statistics.median(t) * 1e3)
-print("ROWS " + json.dumps(rows))
-"""
+
+def measure_round(quick: bool) -> dict[str, float]:
+    """One measurement of every row, for the autodiff found first on sys.path (the
+    checkout under test: ``one_round`` runs this in a fresh process per checkout)."""
+    import bench_engine as engine
+    import bench_losses as losses
+    import bench_training as training
+
+    args = argparse.Namespace(repeat=3 if quick else 5, target=0.01 if quick else 0.1)
+    ours = (engine.IMP, engine.SYM)
+    rows: dict[str, float] = {}
+    for size in (1, 1000):
+        data = engine.np.random.default_rng(size).uniform(-1, 1, size).astype("float32")
+        steps = engine.make_steps(0, lambda data=data: (data.copy(),), ours)
+        for peer, t in engine.time_steps(steps, args.repeat, args.target).items():
+            rows[f"chain, {size} element(s), us per op, {peer}"] = (
+                statistics.median(t) * 1e6 / engine.N_OPS
+            )
+    for label, sizes, batch in MLPS:
+        steps = engine.make_steps(1, engine.mlp_setup(sizes, batch), ours)
+        for peer, t in engine.time_steps(steps, args.repeat, args.target).items():
+            rows[f"{label}, ms per step, {peer}"] = statistics.median(t) * 1e3
+    for name in ("xor", "digits"):
+        task = training.make_task(name, quick)
+        runs = {p: training.PEERS[p](task) for p in (training.REBUILT, training.COMPILED)}
+        timed = {p: (lambda r=r: (r(), [])) for p, r in runs.items()}
+        for peer, t in engine.time_steps(timed, args.repeat, 0.2).items():
+            rows[f"train {name}, us per step, {peer}"] = statistics.median(t) / task["steps"] * 1e6
+    for setting in losses.SETTINGS:
+        for batch in (256, 65536):
+            t = losses.measure(setting, batch, quick)["coarse"]
+            rows[f"softmax cross-entropy, {setting}, batch {batch}, ms"] = (
+                statistics.median(t) * 1e3
+            )
+    return rows
+
+
+MLPS = (("MLP 64-128-10", (64, 128, 10), 64), ("MLP 784-1024-1024-10", (784, 1024, 1024, 10), 256))
 
 
 def one_round(checkout: Path, quick: bool) -> dict[str, float]:
+    """``measure_round`` in a fresh process that imports ``checkout``'s autodiff."""
     env = dict(os.environ, PYTHONPATH=f"{checkout}{os.pathsep}{HERE}")
+    program = f"import bench_compare, json; print(json.dumps(bench_compare.measure_round({quick})))"
     done = subprocess.run(
-        [sys.executable, "-c", ROUND.format(quick=quick)],
-        cwd=HERE,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+        [sys.executable, "-c", program], cwd=HERE, env=env, capture_output=True, text=True
     )
     if done.returncode != 0:
         raise SystemExit(f"the round for {checkout} failed:\n{done.stderr[-3000:]}")
-    line = next(x for x in done.stdout.splitlines() if x.startswith("ROWS "))
-    return json.loads(line[len("ROWS ") :])
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def main():

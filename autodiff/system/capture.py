@@ -142,10 +142,10 @@ class AsUsual:
 
     def __init__(self, node: Any, input_vals: list, out: Any):
         self.node, self.input_vals, self.out = node, input_vals, out
+        self.into = writer(node.op)  # how it writes into ``out``, if it can
 
     def __call__(self) -> None:
-        node, out = self.node, self.out
-        into = writer(node.op)
+        node, out, into = self.node, self.out, self.into
         if into is not None:  # (its output's shape follows its inputs', which are fixed)
             into(out, *self.input_vals, **node.attrs)
             return

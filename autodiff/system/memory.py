@@ -365,8 +365,9 @@ class MemoryPlan:
         overwrites its input is then given that very array as ``out``, which CuPy
         writes in place (another view of the same memory it would copy first)."""
         b, spec = self.buffer[node], self.specs[node]
-        write = writer(node.op)  # (shared buffers are planned for these ops only)
-        if node in self.views or b not in self.shared or write is None:
+        # A shared buffer is planned only for a step whose op writes into one.
+        write = None if node in self.views or b not in self.shared else writer(node.op)
+        if write is None or b is None:
             value = node.op.run(input_vals, node.attrs)
             if spec_of(value)[:2] != spec[:2]:
                 raise RuntimeError(
