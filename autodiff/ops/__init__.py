@@ -7,42 +7,44 @@ table of Node's operators (``graph.OPERATORS``: ``x + y`` calls ``add``).
 from ..core.graph import OPERATORS
 from .conv import avg_pool2d, col2im, conv2d, dropout, dropout_mask, im2col, max_pool2d
 from .elementwise import (
-    abs,
     add,
-    clip,
     cos,
     divide,
-    equal,
     exp,
     expm1,
     gelu,
-    greater,
-    greater_equal,
-    less,
-    less_equal,
     log,
     log1p,
-    maximum,
-    minimum,
     multiply,
     negative,
-    not_equal,
     ones_like,
     power,
-    relu,
     sigmoid,
     sin,
     sqrt,
-    step,
     subtract,
     tanh,
-    where,
     zeros_like,
 )
 from .indexing import concatenate, getitem, place_part, scatter_like, split, split_part, stack
 from .linalg import matmul
 from .losses import one_hot, softmax_cross_entropy, softmax_cross_entropy_composed
 from .normalization import batch_norm, layer_norm
+from .piecewise import (
+    abs,
+    clip,
+    equal,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    maximum,
+    minimum,
+    not_equal,
+    relu,
+    step,
+    where,
+)
 from .reductions import (
     argmax,
     argmin,

@@ -5,39 +5,28 @@ Each class holds the forward computation, the gradient rule (vector-Jacobian pro
 a dot marks a tangent). Binary ops broadcast like NumPy; the engine sums their
 gradients back to each input's shape, so the rules here never mention broadcasting.
 
-An op whose ``ufunc`` names the array library's function (``"multiply"``) can also
-write its result into a given array (``compute_into``, once for the family), so that
-a memory plan (system/memory.py) can reuse buffers, or overwrite an input that is no longer
-needed: elementwise ops may work in place.
+The smooth functions are here; the ops defined by cases (relu, max, where, clip,
+comparisons) are in piecewise.py.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from ..core.backend import broadcast_shapes as broadcast_shapes_of
 from ..core.backend import device_of, is_weak_scalar, namespace, weak_number
-from ..core.backend import result_dtype as numpy_result_dtype
-from ..core.errors import DomainError, ShapeError
+from ..core.errors import ShapeError
 from ..core.graph import Node, Op, Spec, describe
 from .static_shapes import broadcast_shapes, result_dtype
 
 
 class Elementwise(Op, register=False):
     """The family: output element i needs element i of each input only (after
-    broadcasting), so the output may overwrite an input of its own shape (in place).
+    broadcasting).
 
     Shape rule: the inputs' shapes broadcast together; the dtype is NumPy's result type
     (both also with symbols for unknown lengths, see ops/static_shapes.py).
     """
 
     takes_numbers = True
-    # The array library's function computing the op (np.multiply, cupy.multiply): with
-    # it, compute_into writes the result into a given array. None: the op cannot.
-    ufunc: ClassVar[str | None] = None
-
-    def compute_into(self, out, *inputs):
-        return getattr(namespace(*inputs), self.ufunc)(*inputs, out=out)
 
     def explain(self, exc, input_vals, attrs):
         """Inputs whose shapes cannot broadcast are a ShapeError naming both shapes."""
@@ -62,7 +51,6 @@ class Add(Elementwise):
     """Y = A + B;   dA = dY,  dB = dY;   Y' = A' + B'."""
 
     broadcasts = True
-    ufunc = "add"
 
     def compute(self, a, b):
         return a + b
@@ -83,7 +71,6 @@ class Subtract(Elementwise):
     """Y = A - B;   dA = dY,  dB = -dY;   Y' = A' - B'."""
 
     broadcasts = True
-    ufunc = "subtract"
 
     def compute(self, a, b):
         return a - b
@@ -104,7 +91,6 @@ class Multiply(Elementwise):
     """Y = A * B;   dA = dY * B,  dB = dY * A;   Y' = A' * B + A * B'."""
 
     broadcasts = True
-    ufunc = "multiply"
 
     def compute(self, a, b):
         return a * b
@@ -127,7 +113,6 @@ class Divide(Elementwise):
     """Y = A / B;   dA = dY / B,  dB = -dY * Y / B;   Y' = (A' - Y * B') / B."""
 
     broadcasts = True
-    ufunc = "divide"
 
     def compute(self, a, b):
         return a / b
@@ -150,7 +135,6 @@ class Power(Elementwise):
     """Y = A ** B (B an array, A > 0);   dA = dY * B * A**(B-1),  dB = dY * log(A) * Y."""
 
     broadcasts = True
-    ufunc = "power"
 
     def compute(self, a, b):
         return a**b
@@ -200,8 +184,6 @@ def power(a, b, *, name: str | None = None) -> Node:
 class Negative(Elementwise):
     """Y = -X;   dX = -dY;   Y' = -X'."""
 
-    ufunc = "negative"
-
     def compute(self, x):
         return -x
 
@@ -219,8 +201,6 @@ def negative(x, *, name: str | None = None) -> Node:
 
 class Exp(Elementwise):
     """Y = exp(X);   dX = dY * Y;   Y' = Y * X'."""
-
-    ufunc = "exp"
 
     def compute(self, x):
         return namespace(x).exp(x)
@@ -240,8 +220,6 @@ def exp(x, *, name: str | None = None) -> Node:
 class Log(Elementwise):
     """Y = log(X);   dX = dY / X;   Y' = X' / X."""
 
-    ufunc = "log"
-
     def compute(self, x):
         return namespace(x).log(x)
 
@@ -259,8 +237,6 @@ def log(x, *, name: str | None = None) -> Node:
 
 class Sin(Elementwise):
     """Y = sin(X);   dX = dY * cos(X);   Y' = cos(X) * X'."""
-
-    ufunc = "sin"
 
     def compute(self, x):
         return namespace(x).sin(x)
@@ -280,8 +256,6 @@ def sin(x, *, name: str | None = None) -> Node:
 class Cos(Elementwise):
     """Y = cos(X);   dX = -dY * sin(X);   Y' = -sin(X) * X'."""
 
-    ufunc = "cos"
-
     def compute(self, x):
         return namespace(x).cos(x)
 
@@ -299,8 +273,6 @@ def cos(x, *, name: str | None = None) -> Node:
 
 class Tanh(Elementwise):
     """Y = tanh(X);   dX = dY * (1 - Y**2);   Y' = (1 - Y**2) * X'."""
-
-    ufunc = "tanh"
 
     def compute(self, x):
         return namespace(x).tanh(x)
@@ -336,31 +308,8 @@ def sigmoid(x, *, name: str | None = None) -> Node:
     return Sigmoid.apply(x, name=name)
 
 
-class Relu(Elementwise):
-    """Y = max(X, 0);   dX = dY * step(X);   Y' = step(X) * X'  (step(0) = 0, as in PyTorch)."""
-
-    def compute(self, x):
-        return namespace(x).maximum(x, 0)
-
-    def compute_into(self, out, x):
-        return namespace(x).maximum(x, 0, out=out)
-
-    def gradient(self, node, output_grad):
-        return [output_grad * step(node.inputs[0])]
-
-    def jvp(self, node, x_dot):
-        return x_dot * step(node.inputs[0])
-
-
-def relu(x, *, name: str | None = None) -> Node:
-    """max(x, 0), elementwise."""
-    return Relu.apply(x, name=name)
-
-
 class Sqrt(Elementwise):
     """Y = sqrt(X);   dX = dY / (2 Y);   Y' = X' / (2 Y)."""
-
-    ufunc = "sqrt"
 
     def compute(self, x):
         return namespace(x).sqrt(x)
@@ -375,51 +324,6 @@ class Sqrt(Elementwise):
 def sqrt(x, *, name: str | None = None) -> Node:
     """Square root, elementwise."""
     return Sqrt.apply(x, name=name)
-
-
-class Maximum(Elementwise):
-    """Y = max(A, B);   dA = dY * step(A - B),  dB = dY * step(B - A)  (ties split the gradient)."""
-
-    broadcasts = True
-    ufunc = "maximum"
-
-    def compute(self, a, b):
-        return namespace(a, b).maximum(a, b)
-
-    def gradient(self, node, output_grad):
-        a, b = node.inputs
-        return [output_grad * step(a - b, 0.5), output_grad * step(b - a, 0.5)]
-
-    def jvp(self, node, a_dot, b_dot):
-        a, b = node.inputs
-        return a_dot * step(a - b, 0.5) + b_dot * step(b - a, 0.5)
-
-
-def maximum(a, b, *, name: str | None = None) -> Node:
-    """Elementwise maximum of a and b, broadcasting."""
-    return Maximum.apply(a, b, name=name)
-
-
-class Step(Elementwise):
-    """Y = 1 where X > 0, 0 where X < 0, ``at_zero`` where X = 0;  flat: no gradient."""
-
-    takes_numbers = False  # (its compute calls astype: a number comes as a 0-d array)
-
-    def compute(self, x, at_zero):
-        # A comparison is ~40x faster than heaviside on large arrays (ReLU's backward).
-        y = (x > 0).astype(x.dtype)
-        return y if at_zero == 0 else y + (x == 0).astype(x.dtype) * at_zero
-
-    def gradient(self, node, output_grad):
-        return [None]
-
-    def jvp(self, node, x_dot):
-        return None
-
-
-def step(x, at_zero: float = 0.0, *, name: str | None = None) -> Node:
-    """The Heaviside step function: 1 for x > 0, 0 for x < 0, ``at_zero`` at 0."""
-    return Step.apply(x, at_zero=at_zero, name=name)
 
 
 class OnesLike(Elementwise):
@@ -469,154 +373,8 @@ def zeros_like(x, *, name: str | None = None) -> Node:
     return ZerosLike.apply(x, name=name)
 
 
-# -- more elementwise ops -------------------------------------------------------------------
-
-
-def _sign(x) -> Node:
-    """-1, 0 or 1 by the sign of x, built from steps (0 at 0, as NumPy's sign); flat."""
-    return step(x) - step(-x)
-
-
-class Abs(Elementwise):
-    """Y = |X|;   dX = dY * sign(X);   Y' = sign(X) * X'.
-
-    At X = 0, where |X| has a kink, sign(0) = 0 (as NumPy's sign): the gradient there is 0.
-    """
-
-    ufunc = "absolute"
-
-    def compute(self, x):
-        return namespace(x).abs(x)
-
-    def gradient(self, node, output_grad):
-        return [output_grad * _sign(node.inputs[0])]
-
-    def jvp(self, node, x_dot):
-        return x_dot * _sign(node.inputs[0])
-
-
-def abs(x, *, name: str | None = None) -> Node:  # noqa: A001 (NumPy's name; ad.abs, as np.abs)
-    """|x|, elementwise (``abs(node)`` calls it too).
-
-    >>> import autodiff as ad
-    >>> ad.abs(ad.tensor([-2.0, 3.0])).value
-    array([2., 3.])
-    """
-    return Abs.apply(x, name=name)
-
-
-class Minimum(Elementwise):
-    """Y = min(A, B);   dA = dY * step(B - A),  dB = dY * step(A - B)  (ties split the gradient).
-
-    Where A = B each input gets half of dY, as in ``maximum``.
-    """
-
-    broadcasts = True
-    ufunc = "minimum"
-
-    def compute(self, a, b):
-        return namespace(a, b).minimum(a, b)
-
-    def gradient(self, node, output_grad):
-        a, b = node.inputs
-        return [output_grad * step(b - a, 0.5), output_grad * step(a - b, 0.5)]
-
-    def jvp(self, node, a_dot, b_dot):
-        a, b = node.inputs
-        return a_dot * step(b - a, 0.5) + b_dot * step(a - b, 0.5)
-
-
-def minimum(a, b, *, name: str | None = None) -> Node:
-    """Elementwise minimum of a and b, broadcasting."""
-    return Minimum.apply(a, b, name=name)
-
-
-class Where(Elementwise):
-    """Y = A where C is true, B elsewhere;   dA = where(C, dY, 0),  dB = where(C, 0, dY);
-    Y' = where(C, A', B').
-
-    C (a boolean array or Node, often a comparison such as ``x > 0``) only chooses: it
-    is never differentiated. All three broadcast; the engine sums dA and dB back to the
-    shapes of A and B.
-    """
-
-    broadcasts = True
-    integer_inputs = (0,)  # the condition: booleans (any dtype; nonzero means true)
-
-    def compute(self, condition, a, b):
-        return namespace(condition, a, b).where(condition, a, b)
-
-    def infer(self, condition, a, b):
-        shape = broadcast_shapes(condition.shape, a.shape, b.shape)
-        return Spec(shape, result_dtype(a.dtype, b.dtype))
-
-    def gradient(self, node, output_grad):
-        condition = node.inputs[0]
-        return [None, where(condition, output_grad, 0.0), where(condition, 0.0, output_grad)]
-
-    def jvp(self, node, condition_dot, a_dot, b_dot):
-        return where(node.inputs[0], a_dot, b_dot)
-
-
-def where(condition, a, b, *, name: str | None = None) -> Node:
-    """a where ``condition`` holds, b elsewhere, broadcasting (as ``np.where``).
-
-    >>> import autodiff as ad
-    >>> x = ad.tensor([-2.0, 3.0])
-    >>> ad.where(x > 0, x, 0.1 * x).value
-    array([-0.2,  3. ])
-    """
-    return Where.apply(condition, a, b, name=name)
-
-
-class Clip(Elementwise):
-    """Y = min(max(X, lo), hi);   dX = dY * inside;   Y' = inside * X',
-    inside = 1 where lo <= X <= hi, else 0.
-
-    At a bound (X = lo or X = hi) the gradient is 1, as in PyTorch's clamp. ``lo`` and
-    ``hi`` are Python numbers (or None: no bound on that side), not differentiated.
-    """
-
-    def compute(self, x, lo, hi):
-        return namespace(x).clip(x, lo, hi)
-
-    def compute_into(self, out, x, lo, hi):
-        return namespace(x).clip(x, lo, hi, out=out)
-
-    def gradient(self, node, output_grad):
-        return [output_grad * _inside(node)]
-
-    def jvp(self, node, x_dot):
-        return x_dot * _inside(node)
-
-
-def _inside(node: Node) -> Node | float:
-    """1 where clip's input lies within [lo, hi] (bounds included), else 0."""
-    x, lo, hi = node.inputs[0], node.attrs["lo"], node.attrs["hi"]
-    inside: Node | float = 1.0
-    if lo is not None:
-        inside = step(x - lo, 1.0) * inside
-    if hi is not None:
-        inside = step(hi - x, 1.0) * inside
-    return inside
-
-
-def clip(x, lo: float | None, hi: float | None, *, name: str | None = None) -> Node:
-    """x limited to [lo, hi] elementwise (None: no bound on that side), as ``np.clip``.
-
-    >>> import autodiff as ad
-    >>> ad.clip(ad.tensor([-2.0, 0.5, 3.0]), -1, 1).value
-    array([-1. ,  0.5,  1. ])
-    """
-    if lo is not None and hi is not None and lo > hi:
-        raise DomainError(f"clip: the lower bound {lo} is above the upper bound {hi}.")
-    return Clip.apply(x, lo=lo, hi=hi, name=name)
-
-
 class Log1p(Elementwise):
     """Y = log(1 + X), accurate for tiny X;   dX = dY / (1 + X);   Y' = X' / (1 + X)."""
-
-    ufunc = "log1p"
 
     def compute(self, x):
         return namespace(x).log1p(x)
@@ -635,8 +393,6 @@ def log1p(x, *, name: str | None = None) -> Node:
 
 class Expm1(Elementwise):
     """Y = exp(X) - 1, accurate for tiny X;   dX = dY * (Y + 1);   Y' = (Y + 1) * X'."""
-
-    ufunc = "expm1"
 
     def compute(self, x):
         return namespace(x).expm1(x)
@@ -684,101 +440,3 @@ def _gelu_slope(x: Node) -> Node:
 def gelu(x, *, name: str | None = None) -> Node:
     """GELU, x * Phi(x), in the tanh approximation (GPT-2's; PyTorch's approximate='tanh')."""
     return Gelu.apply(x, name=name)
-
-
-# Comparisons: boolean results, no derivatives.
-
-
-class Comparison(Elementwise, register=False):
-    """Y = (A op B), booleans;  not differentiable: piecewise constant, its derivative is 0
-    wherever it has one, and booleans carry no gradient. The gradient rule raises an
-    error saying so; the tangent is zero (None), so forward mode passes through a
-    comparison used as ``where``'s condition. Inputs may be of any dtype.
-    """
-
-    broadcasts = True
-    differentiable = False
-
-    def compute(self, a, b):
-        return getattr(namespace(a, b), self.ufunc)(a, b)
-
-    def infer(self, a, b):
-        return Spec(broadcast_shapes(a.shape, b.shape), BOOL)
-
-    def gradient(self, node, output_grad):
-        raise self.not_differentiable(node)
-
-    def jvp(self, node, a_dot, b_dot):
-        return None
-
-
-BOOL = numpy_result_dtype("bool")  # NumPy's bool dtype (only backend.py imports NumPy)
-
-
-class Equal(Comparison):
-    """Y = (A == B), booleans;  not differentiable (see Comparison)."""
-
-    ufunc = "equal"
-
-
-def equal(a, b, *, name: str | None = None) -> Node:
-    """a == b elementwise, broadcasting: booleans. (``==`` on Nodes stays identity.)"""
-    return Equal.apply(a, b, name=name)
-
-
-class NotEqual(Comparison):
-    """Y = (A != B), booleans;  not differentiable (see Comparison)."""
-
-    name = "not_equal"
-    ufunc = "not_equal"
-
-
-def not_equal(a, b, *, name: str | None = None) -> Node:
-    """a != b elementwise, broadcasting: booleans. (``!=`` on Nodes stays identity.)"""
-    return NotEqual.apply(a, b, name=name)
-
-
-class Less(Comparison):
-    """Y = (A < B), booleans;  not differentiable (see Comparison)."""
-
-    ufunc = "less"
-
-
-def less(a, b, *, name: str | None = None) -> Node:
-    """a < b elementwise, broadcasting: booleans (``a < b`` on Nodes calls it)."""
-    return Less.apply(a, b, name=name)
-
-
-class LessEqual(Comparison):
-    """Y = (A <= B), booleans;  not differentiable (see Comparison)."""
-
-    name = "less_equal"
-    ufunc = "less_equal"
-
-
-def less_equal(a, b, *, name: str | None = None) -> Node:
-    """a <= b elementwise, broadcasting: booleans (``a <= b`` on Nodes calls it)."""
-    return LessEqual.apply(a, b, name=name)
-
-
-class Greater(Comparison):
-    """Y = (A > B), booleans;  not differentiable (see Comparison)."""
-
-    ufunc = "greater"
-
-
-def greater(a, b, *, name: str | None = None) -> Node:
-    """a > b elementwise, broadcasting: booleans (``a > b`` on Nodes calls it)."""
-    return Greater.apply(a, b, name=name)
-
-
-class GreaterEqual(Comparison):
-    """Y = (A >= B), booleans;  not differentiable (see Comparison)."""
-
-    name = "greater_equal"
-    ufunc = "greater_equal"
-
-
-def greater_equal(a, b, *, name: str | None = None) -> Node:
-    """a >= b elementwise, broadcasting: booleans (``a >= b`` on Nodes calls it)."""
-    return GreaterEqual.apply(a, b, name=name)

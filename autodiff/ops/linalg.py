@@ -6,7 +6,6 @@ two axes when its flag is set, as in BLAS. Leading axes are batch axes and broad
 
 from __future__ import annotations
 
-from ..core.backend import namespace
 from ..core.errors import ShapeError
 from ..core.graph import Node, Op, Spec, as_node, named
 from .shape import expand_dims, squeeze
@@ -27,14 +26,10 @@ class MatMul(Op):
     broadcasts = True
 
     def compute(self, a, b, trans_A, trans_B):
-        a, b = self._operands(a, b, trans_A, trans_B)
+        a, b = self.operands(a, b, trans_A, trans_B)
         return a @ b
 
-    def compute_into(self, out, a, b, trans_A, trans_B):
-        a, b = self._operands(a, b, trans_A, trans_B)
-        return namespace(a, b).matmul(a, b, out=out)
-
-    def _operands(self, a, b, trans_A, trans_B):
+    def operands(self, a, b, trans_A, trans_B):
         """A and B with the transpose flags applied (views, no copies)."""
         self._check_shapes(a, b, trans_A, trans_B)
         return (_matrix_transpose(a) if trans_A else a), (_matrix_transpose(b) if trans_B else b)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from ..core.backend import index_dtype, namespace
 from ..core.errors import DTypeError
 from ..core.graph import Node, Op, Spec, named
-from .elementwise import equal, exp, ones_like, sqrt, where, zeros_like
+from .elementwise import exp, ones_like, sqrt, zeros_like
+from .piecewise import equal, where
 from .shape import broadcast_like, normalize_axes
 from .static_shapes import UNKNOWN, has_rank
 
@@ -62,9 +63,6 @@ class Sum(Op):
 
     def compute(self, x, axis, keepdims):
         return x.sum(axis=axis, keepdims=keepdims)
-
-    def compute_into(self, out, x, axis, keepdims):
-        return x.sum(axis=axis, keepdims=keepdims, out=out)
 
     def infer(self, x, axis, keepdims):
         return Spec(reduced_shape(x.shape, axis, keepdims), x.dtype)

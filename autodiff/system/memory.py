@@ -37,6 +37,7 @@ from ..core.errors import ShapeError
 from ..core.graph import Node, Op, Spec, find_topo_sort, spec_of
 from ..core.schedule import resolve_feeds
 from ..ops.elementwise import Elementwise
+from ..ops.linalg import MatMul
 
 Interval = tuple[int, int]  # (first step, last step), both included
 
@@ -151,19 +152,42 @@ def _memory_owners(steps, specs, live) -> tuple[dict[Node, Node], dict[Node, Int
     return views, held
 
 
+def _ufunc_into(function: str, out, *inputs):
+    """The array library's elementwise ``function`` (np.multiply...), written into ``out``."""
+    return getattr(backend.namespace(*inputs), function)(*inputs, out=out)
+
+
+def _matmul_into(out, a, b, trans_A, trans_B):
+    a, b = MatMul._instance.operands(a, b, trans_A, trans_B)
+    return backend.namespace(a, b).matmul(a, b, out=out)
+
+
+# How an op writes its result into a given array (``out=``), by op name: a plan hands
+# these a buffer. An op not named here allocates its result, a buffer of its own.
+WRITERS: dict[str, Callable] = {
+    **{
+        name: partial(_ufunc_into, name)
+        for name in """add subtract multiply divide power negative exp log sin cos tanh sqrt
+        log1p expm1 maximum minimum equal not_equal less less_equal greater
+        greater_equal""".split()
+    },
+    "abs": partial(_ufunc_into, "absolute"),
+    "relu": lambda out, x: backend.namespace(x).maximum(x, 0, out=out),
+    "clip": lambda out, x, lo, hi: backend.namespace(x).clip(x, lo, hi, out=out),
+    "sum": lambda out, x, axis, keepdims: x.sum(axis=axis, keepdims=keepdims, out=out),
+    "matmul": _matmul_into,
+}
+
+
 def writer(op: Op) -> Callable | None:
-    """How ``op`` writes its result into a given array: its ``compute_into(out, *inputs,
-    **attrs)``, where it has one (an elementwise op has its family's when it names its
-    ``ufunc``). None when it cannot: its result is then a buffer of its own."""
-    if isinstance(op, Elementwise) and op.ufunc is None and "compute_into" not in vars(type(op)):
-        return None
-    return getattr(op, "compute_into", None)
+    """How ``op`` writes its result into a given array (``WRITERS``), or None."""
+    return WRITERS.get(op.name)
 
 
 def overwrites_inputs(op: Op) -> bool:
     """Whether ``op``'s output may overwrite an input of its shape: an elementwise op's
     output element i needs element i of each input only (once read, it may go)."""
-    return isinstance(op, Elementwise) and writer(op) is not None
+    return isinstance(op, Elementwise) and op.name in WRITERS
 
 
 @dataclass
@@ -178,7 +202,7 @@ def assign_buffers(steps, specs, views, held) -> _Assignment:
     """Greedy buffer sharing, step by step: write in place over a dying input if the op
     allows it, else reuse a free buffer of the same bytes and dtype, else take a new one.
 
-    Only ops with a ``compute_into`` write into planned buffers; any other op's result is
+    Only ops with a writer (``WRITERS``) write into planned buffers; any other op's result is
     its own (private) buffer, freed after its last use and never shared.
     """
     plan = _Assignment()

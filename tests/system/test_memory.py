@@ -6,6 +6,7 @@ equal plain ones, levels are a topological grouping); then the figures that matt
 deep chain's peak memory under checkpointing, and the plan against what NumPy allocates.
 """
 
+import inspect
 import tracemalloc
 
 import numpy as np
@@ -317,3 +318,21 @@ def test_in_place_steps_on_the_gpu_copy_nothing():
     np.testing.assert_allclose(
         ad.backend.to_numpy(planned), np.sin(np.exp(np.linspace(-1, 1, N))) * 2
     )
+
+
+def test_every_writer_names_an_op_and_writes_what_the_op_computes():
+    """memory.WRITERS is keyed by op name: a renamed op would silently lose its writer."""
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(0.5, 2.0, (3, 4)), rng.uniform(0.5, 2.0, (3, 4))
+    attrs = {"clip": {"lo": 0.7, "hi": 1.5}, "sum": {"axis": 0, "keepdims": False},
+             "matmul": {"trans_A": False, "trans_B": True}}  # fmt: skip
+    for name, write in ad.memory.WRITERS.items():
+        op = ad.Op.registry.get(name)
+        assert op is not None, f"WRITERS names {name!r}, which is no registered op"
+        arity = len(inspect.signature(op._instance.compute).parameters) - len(attrs.get(name, {}))
+        inputs = [a, b][:arity]
+        expected = op._instance.compute(*inputs, **attrs.get(name, {}))
+        out = np.empty_like(expected)
+        result = write(out, *inputs, **attrs.get(name, {}))
+        np.testing.assert_array_equal(out, expected, err_msg=f"{name} wrote another value")
+        assert result is out, f"{name}'s writer did not write into the array it was given"
