@@ -11,7 +11,7 @@
 import sys
 
 from . import ops
-from .core import backend, graph, schedule
+from .core import graph, schedule
 from .core.errors import AutodiffError, DeviceError, DomainError, DTypeError, ShapeError
 from .core.gradients import jvp_graph
 from .core.graph import Node, Op, Variable, as_node, constant, deferred, find_topo_sort, tensor
@@ -23,6 +23,7 @@ from .other_ways import algebra, forward, functional, numerical, simplification,
 from .other_ways.functional import grad, jvp, value_and_grad, vjp
 from .other_ways.numerical import check_grads
 from .system import (
+    backend,
     capture,
     checkpoint,
     compiled,

@@ -105,39 +105,6 @@ def device_of(x: Any) -> str:
     return "gpu" if type(x).__module__.startswith("cupy") else "cpu"
 
 
-def available_devices() -> list[str]:
-    """The devices this machine can run on: always 'cpu', plus 'gpu' where it works."""
-    return ["cpu"] if gpu_problem() else ["cpu", "gpu"]
-
-
-_kernel_problem: str | None = None  # the test kernel's verdict, once it has run
-
-
-def gpu_problem() -> str | None:
-    """Why the 'gpu' device cannot be used here, in words; None when it can. A GPU counts
-    once CuPy has compiled (with NVRTC) and run a tiny kernel, checked once per process."""
-    global _kernel_problem
-    try:
-        cupy = import_cupy()
-        if cupy.cuda.runtime.getDeviceCount() == 0:
-            return "CuPy sees no CUDA device on this machine."
-    except Exception as exc:  # no CuPy, or no driver
-        return f"{type(exc).__name__}: {exc}"
-    if _kernel_problem is None:
-        try:
-            x = cupy.arange(4, dtype="float32")
-            wrong = float((x * x).sum()) != 14.0
-            _kernel_problem = "a test kernel gave a wrong sum on the GPU." if wrong else ""
-        except Exception as exc:  # typically NVRTC or a CUDA library that is missing
-            _kernel_problem = (
-                f"CuPy found a GPU but could not compile (with NVRTC) or run a kernel on it "
-                f"({type(exc).__name__}: {exc}). The gpu extra installs CuPy with the CUDA "
-                f"libraries it needs: pip install -e '.[gpu]'; `nvidia-smi` must show a "
-                f"driver for CUDA 12 or newer."
-            )
-    return _kernel_problem or None
-
-
 def get_default_device() -> str:
     """The device of new leaves made from lists, numbers or NumPy arrays ('cpu' at start)."""
     return _default_device
@@ -189,7 +156,7 @@ def asarray(data: Any, dtype: Any = None, device: str | None = None, copy: bool 
             dtype = _GPU_DEFAULT_DTYPE if _is_floating_data(data) else None
         return cupy.array(data, dtype=dtype) if copy else cupy.asarray(data, dtype=dtype)
     if device_of(data) == "gpu":
-        raise_failed_checks()
+        device_checks.before_read()
         data = data.get()
     return np.array(data, dtype=dtype) if copy else np.asarray(data, dtype=dtype)
 
@@ -201,67 +168,25 @@ def _is_floating_data(data: Any) -> bool:
     return np.asarray(data).dtype.kind == "f"
 
 
-def synchronize() -> None:
-    """Wait for the GPU to finish queued work (a no-op without CuPy): GPU calls return
-    before the kernels finish, so timings must synchronise first."""
-    if _cupy is not None and "gpu" in available_devices():  # CuPy without a GPU: nothing queued
-        _cupy.cuda.Device().synchronize()
-        raise_failed_checks()
+class CheckNow:
+    """Checks of values on the GPU (are all labels class indices?), made at once: reading
+    the flag makes the CPU wait for the GPU. The system layer puts in ``device_checks``
+    checks that wait for the next read of a value instead (system/backend.py)."""
 
-
-# A check of values on the GPU (are all labels class indices?) would make the CPU wait for
-# the GPU (a sync) at every step. Instead it leaves a flag on the device, and the next read
-# of a value by the host (to_numpy, synchronize) raises its error if the flag was set.
-_pending: dict[str, tuple[Array, Exception]] = {}
-
-
-def check_later(failed: Array, error: Exception) -> None:
-    """Raise ``error`` at the next read from the GPU if ``failed`` (a 0-d device bool) is
-    true then. Checks with the same message share one flag."""
-    key = f"{type(error).__name__}: {error}"
-    if key in _pending:
-        failed = _pending[key][0] | failed
-    _pending[key] = (failed, error)
-
-
-def raise_failed_checks() -> None:
-    """Raise the first deferred check that failed (one read from the GPU for them all)."""
-    if not _pending:
-        return
-    checks = list(_pending.values())
-    _pending.clear()
-    failed = import_cupy().stack([flag for flag, _ in checks]).get()
-    for (_, error), bad in zip(checks, failed, strict=True):
-        if bad:
+    def check(self, failed: Array, error: Exception) -> None:
+        if bool(failed):
             raise error
 
-
-@contextmanager
-def collected_checks() -> Iterator[dict]:
-    """The deferred checks (``check_later``) made inside the block, kept apart from the
-    others: a recording's flags are set by each replay, not by the recording."""
-    global _pending
-    outer, _pending = _pending, {}
-    collected = _pending
-    try:
-        yield collected
-    finally:
-        _pending = outer
+    def before_read(self) -> None:
+        """Called before a value is copied off the GPU."""
 
 
-def memory_info() -> dict[str, int]:
-    """The CuPy memory pool: bytes held by live arrays, and bytes the pool keeps for reuse.
-
-    Freed GPU arrays go back to the pool, not to the driver, so ``held_bytes`` stays
-    flat across training steps once the pool has warmed up.
-    """
-    pool = import_cupy().get_default_memory_pool()
-    return {"used_bytes": int(pool.used_bytes()), "held_bytes": int(pool.total_bytes())}
+device_checks = CheckNow()
 
 
-def copy_of(value: Any) -> Any:
-    """A copy of an array (on its device); a Python number as it is."""
-    return value if is_weak_scalar(value) else value.copy()
+def check_on_device(failed: Array, error: Exception) -> None:
+    """Raise ``error`` if ``failed``, a 0-d bool on the GPU, is true (see CheckNow)."""
+    device_checks.check(failed, error)
 
 
 def to_device(x: Array, device: str) -> Array:

@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from ..core.backend import check_later, device_of, is_floating, namespace
+from ..core.backend import check_on_device, device_of, is_floating, namespace
 from ..core.errors import DomainError, DTypeError, ShapeError
 from ..core.graph import Node, Op, Spec, named
 from .reductions import count, log_softmax, logsumexp_values, softmax, sum
@@ -26,7 +26,7 @@ def check_labels(labels, logits):
 
     On the GPU, class indices are checked on the device (no wait for the GPU): a device
     flag is returned, true if one is out of range, to make the result NaN, and the error
-    is raised at the next read of a value by the host (``backend.check_later``).
+    is raised at the next read of a value by the host (``backend.check_on_device``).
     """
     classes = logits.shape[-1]
     if labels.dtype.kind in "iu":
@@ -42,7 +42,7 @@ def check_labels(labels, logits):
         unsigned = labels.view(labels.dtype.str.replace("i", "u"))  # negatives: huge
         if device_of(labels) == "gpu":
             failed = (unsigned >= classes).any()
-            check_later(failed, index_error(classes, GPU_FOUND))
+            check_on_device(failed, index_error(classes, GPU_FOUND))
             return failed
         if unsigned.max() >= classes:
             got = f"but got values from {int(labels.min())} to {int(labels.max())}"

@@ -33,8 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import backend
 from ..core.graph import describe
+from . import backend
 from .compiled import INPUT_ERRORS, kernel
 from .memory import writer
 from .slots import Step

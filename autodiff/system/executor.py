@@ -21,11 +21,10 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..core import backend
 from ..core import executor as core
 from ..core.graph import Node, Placeholder, TensorLeaf, describe, find_topo_sort
 from ..core.schedule import resolve_feeds
-from . import fusion, passes
+from . import backend, fusion, passes
 from .capture import Capture, CaptureReport
 from .compiled import StraightLine
 from .fusion import FusionReport

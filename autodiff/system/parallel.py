@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core import backend
 from ..core.graph import Node
+from . import backend
 from .slots import Compute, Step
 
 

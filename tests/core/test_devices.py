@@ -162,7 +162,7 @@ def test_synchronize_is_a_no_op_with_cupy_but_no_gpu(monkeypatch):
                 def synchronize(self):
                     raise AssertionError("synchronize must not touch a missing GPU")
 
-    monkeypatch.setattr(backend, "_cupy", NoDevice)
+    monkeypatch.setattr(ad.core.backend, "_cupy", NoDevice)
     assert backend.available_devices() == ["cpu"]
     assert "no CUDA-capable device" in backend.gpu_problem()
     backend.synchronize()  # returns quietly instead of raising
@@ -181,7 +181,7 @@ def test_a_gpu_counts_once_a_kernel_has_compiled_and_run(monkeypatch):
         def arange(*args, **kwargs):
             raise RuntimeError("CuPy failed to load libnvrtc.so.12")
 
-    monkeypatch.setattr(backend, "_cupy", NoCompiler)
+    monkeypatch.setattr(ad.core.backend, "_cupy", NoCompiler)
     monkeypatch.setattr(backend, "_kernel_problem", None)
     assert backend.available_devices() == ["cpu"]
     problem = backend.gpu_problem()
