@@ -78,6 +78,17 @@ def describe(value: Any) -> str:
 OPERATORS: dict[str, Callable[..., Node]] = {}
 
 
+def operator(op_name: str, reflected: bool = False) -> Callable:
+    """A Node method calling the op function ``op_name`` (from ``OPERATORS``) on the node
+    and the other operand, in that order, or the other way round when ``reflected``."""
+
+    def method(self, *other):
+        inputs = (*other, self) if reflected else (self, *other)
+        return OPERATORS[op_name](*inputs)
+
+    return method
+
+
 class Node:
     """One value in a computation graph: the output of ``op`` applied to ``inputs``.
 
@@ -139,67 +150,23 @@ class Node:
             parts.append("symbolic")
         return f"Node({', '.join(parts)})"
 
-    # Operators: Python numbers mix freely (2 * x, x + 1, 1 / x, x ** 3), and so do NumPy
-    # scalars (np.int64(3) * x: NumPy defers to __rmul__, see __array_ufunc__ above).
-    def __add__(self, other):
-        return OPERATORS["add"](self, other)
-
-    def __radd__(self, other):
-        return OPERATORS["add"](other, self)
-
-    def __sub__(self, other):
-        return OPERATORS["subtract"](self, other)
-
-    def __rsub__(self, other):
-        return OPERATORS["subtract"](other, self)
-
-    def __mul__(self, other):
-        return OPERATORS["multiply"](self, other)
-
-    def __rmul__(self, other):
-        return OPERATORS["multiply"](other, self)
-
-    def __truediv__(self, other):
-        return OPERATORS["divide"](self, other)
-
-    def __rtruediv__(self, other):
-        return OPERATORS["divide"](other, self)
-
-    def __pow__(self, other):
-        return OPERATORS["power"](self, other)
-
-    def __rpow__(self, other):
-        return OPERATORS["power"](other, self)
-
-    def __matmul__(self, other):
-        return OPERATORS["matmul"](self, other)
-
-    def __rmatmul__(self, other):
-        return OPERATORS["matmul"](other, self)
-
-    def __neg__(self):
-        return OPERATORS["negative"](self)
+    # Operators: x + y is add(x, y), 2 * x is multiply(2, x) (reflected: x on the right).
+    # Python numbers mix freely, and so do NumPy scalars (np.int64(3) * x: NumPy defers
+    # to __rmul__, see __array_ufunc__ above). Comparisons give boolean Nodes (x > 0 for
+    # ad.where); not == and !=: Nodes are dict keys and set members (feed_dict, visited
+    # sets), compared by identity: use ad.equal / ad.not_equal.
+    __add__, __radd__ = operator("add"), operator("add", reflected=True)
+    __sub__, __rsub__ = operator("subtract"), operator("subtract", reflected=True)
+    __mul__, __rmul__ = operator("multiply"), operator("multiply", reflected=True)
+    __truediv__, __rtruediv__ = operator("divide"), operator("divide", reflected=True)
+    __pow__, __rpow__ = operator("power"), operator("power", reflected=True)
+    __matmul__, __rmatmul__ = operator("matmul"), operator("matmul", reflected=True)
+    __neg__, __abs__ = operator("negative"), operator("absolute")
+    __lt__, __le__ = operator("less"), operator("less_equal")
+    __gt__, __ge__ = operator("greater"), operator("greater_equal")
 
     def __pos__(self):
         return self
-
-    def __abs__(self):
-        return OPERATORS["absolute"](self)
-
-    # Comparisons give boolean Nodes (x > 0 for ad.where). Not == and !=: Nodes are
-    # dict keys and set members (feed_dict, visited sets), compared by identity; use
-    # ad.equal / ad.not_equal. Python tries 0 < x as x > 0, so numbers mix here too.
-    def __lt__(self, other):
-        return OPERATORS["less"](self, other)
-
-    def __le__(self, other):
-        return OPERATORS["less_equal"](self, other)
-
-    def __gt__(self, other):
-        return OPERATORS["greater"](self, other)
-
-    def __ge__(self, other):
-        return OPERATORS["greater_equal"](self, other)
 
     # Methods named as in NumPy.
     def sum(self, axis=None, keepdims: bool = False) -> Node:
@@ -296,9 +263,6 @@ class Op:
     # that reaches them means the caller differentiated a boolean or an index. The test
     # suite checks their values against NumPy instead of their derivatives.
     differentiable: ClassVar[bool] = True
-    # True for ops that draw new random numbers each time they run (dropout's mask): a
-    # recorded CUDA graph would replay the same draws, so system/capture.py runs them as usual.
-    is_random: ClassVar[bool] = False
     # True for ops that take Python numbers as they are (elementwise ops: NumPy's
     # functions and operators do, and a number stays weak there). The others call array
     # methods (x.sum()): a number reaches them as a 0-d array (backend.numbers_as_arrays).

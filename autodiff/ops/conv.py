@@ -338,8 +338,7 @@ class DropoutMask(Op):
     """
 
     name = "dropout_mask"
-    shape_inputs = (0,)
-    is_random = True
+    shape_inputs = (0,)  # (system/capture.py: capture.RANDOM names it: it draws at each run)
 
     def compute(self, x, p, rng):
         uniform = backend.random_uniform(tuple(x.shape), x.dtype, backend.device_of(x), rng)

@@ -39,6 +39,9 @@ from .compiled import INPUT_ERRORS, kernel
 from .memory import writer
 from .slots import Step
 
+# The ops that draw new random numbers each time they run (dropout's mask): a recording
+# would replay the same draws, so they run as usual.
+RANDOM = {"dropout_mask"}
 RECORDINGS_KEPT = 4  # the latest, by their keys (a training loop's last batch is smaller)
 RECORDINGS_BEFORE_GIVING_UP = 8  # after which the Executor runs compiled
 
@@ -300,7 +303,7 @@ class Capture:
             if node.op.is_leaf:
                 continue
             compute, input_vals = kernel(node), [values[j] for j in input_slots]
-            why = "draws new random numbers at every run" if node.op.is_random else None
+            why = "draws new random numbers at every run" if node.op.name in RANDOM else None
             why = why or recorder.refusal(lambda f=compute, a=input_vals: f(*a))
             values[i] = compute(*input_vals)
             if why:

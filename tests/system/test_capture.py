@@ -329,3 +329,8 @@ def test_numbers_fed_are_baked_into_the_recording_each_value_its_own():
         assert_same(captured.run(feed), compiled.run(feed))
     report = captured.capture_report
     assert (report.recordings, report.replays, report.not_captured) == (3, 2, None)
+
+
+def test_the_ops_named_random_are_registered_ops():
+    """capture.RANDOM is keyed by op name: a renamed op would be replayed with old draws."""
+    assert ad.capture.RANDOM <= set(ad.Op.registry), ad.capture.RANDOM - set(ad.Op.registry)
