@@ -23,7 +23,7 @@ from typing import Any
 from ..ops import ones_like, sum_to_like, zeros_like
 from . import backend
 from .errors import DTypeError
-from .graph import OPERATORS, Constant, Node, TensorLeaf, as_node, deferred, find_topo_sort
+from .graph import Constant, Node, as_node, deferred, find_topo_sort
 from .schedule import fill_values
 
 Rule = Callable[[Node, Node], Sequence["Node | None"]]  # (node, its adjoint) -> per input
@@ -185,40 +185,6 @@ def valued(grads: Sequence[Node], wrt: Sequence[Node]) -> list[Node]:
     """The gradients to compute now: of the ``wrt`` holding values (a placeholder the
     output does not need keeps a symbolic ``zeros_like``)."""
     return [g for g, x in zip(grads, wrt, strict=True) if x.value is not None]
-
-
-def backward(output: Node, through: Callable[..., list[Node]] = gradients) -> None:
-    """``output.backward()``, as PyTorch users write it: sugar over ``gradients``.
-
-    The gradient graph of ``output`` with respect to every tensor leaf it depends on
-    (``ad.tensor``s, a model's parameters; not constants) is built and computed as
-    ``gradients`` does (``through``: ``ad.gradients``, with its cache, where the system
-    layer is loaded), and each leaf's ``.grad`` receives its value (an array). As in
-    PyTorch, a second call adds to ``.grad``; an optimiser's ``zero_grad()`` clears it.
-
-    >>> import autodiff as ad
-    >>> w = ad.tensor([1.0, 2.0])
-    >>> ad.sum(w * w).backward()
-    >>> w.grad
-    array([2., 4.])
-    """
-    if output.value is None:
-        raise ValueError(
-            f"backward: '{output.name}' is symbolic (built from Variables). Take its "
-            f"gradients with ad.gradients(output, wrt) and run them with an Executor."
-        )
-    if output.shape != ():
-        raise ValueError(
-            f"backward: '{output.name}' has shape {output.shape}; backward() needs one "
-            f"number, such as a loss. Reduce it first (ad.sum(y).backward()), or seed "
-            f"ad.gradients(y, wrt, output_grad=...)."
-        )
-    leaves = [node for node in find_topo_sort([output]) if isinstance(node.op, TensorLeaf)]
-    for leaf, grad in zip(leaves, through(output, leaves), strict=True):
-        leaf.grad = grad.value if leaf.grad is None else leaf.grad + grad.value
-
-
-OPERATORS["backward"] = backward  # type: ignore[assignment]  # Node.backward calls it
 
 
 def forward_pass(topo_order: Sequence[Node], tangent: dict[Node, Node]) -> Node:

@@ -110,7 +110,7 @@ class Node:
         # Creation order is the order the program was written in, and a topological
         # order (inputs exist first): system/memory.py runs graphs in it.
         self.serial = new_serial()
-        self.grad = None  # filled by backward() (PyTorch's habit; see gradients.backward)
+        self.grad = None  # filled by backward() (PyTorch's habit)
 
     # Shape, dtype and device come from the value; a placeholder knows its declared ones.
     @property
@@ -187,7 +187,7 @@ class Node:
 
     def backward(self) -> None:
         """PyTorch's ``loss.backward()``: fills ``.grad`` of the tensor leaves this node
-        depends on. Sugar over ``ad.gradients`` (see ``autodiff.gradients.backward``)."""
+        depends on: sugar over ``ad.gradients``, defined with it (system/gradients.py)."""
         OPERATORS["backward"](self)
 
     def __getitem__(self, index) -> Node:

@@ -33,8 +33,7 @@ from ..core.gradients import (
     reverse_pass,
     valued,
 )
-from ..core.gradients import backward as core_backward
-from ..core.graph import OPERATORS, Node, deferred, find_topo_sort
+from ..core.graph import OPERATORS, Node, TensorLeaf, deferred, find_topo_sort
 from ..ops import ones_like
 from ..ops.static_shapes import Signatures
 from .checkpoint import Recomputation, choose_checkpoints
@@ -153,8 +152,37 @@ def _stand_in(real: Node, cached: Node) -> Node:
     return real
 
 
-# ``loss.backward()`` goes through this layer's gradients too: the cache, as in training.
-OPERATORS["backward"] = partial(core_backward, through=gradients)  # type: ignore[assignment]
+def backward(output: Node) -> None:
+    """``output.backward()``, as PyTorch users write it: sugar over ``gradients``.
+
+    The gradients of ``output`` with respect to every tensor leaf it depends on
+    (``ad.tensor``s, a model's parameters; not constants), from ``gradients`` (with its
+    cache, as in training): each leaf's ``.grad`` receives its value (an array). As in
+    PyTorch, a second call adds to ``.grad``; an optimiser's ``zero_grad()`` clears it.
+
+    >>> import autodiff as ad
+    >>> w = ad.tensor([1.0, 2.0])
+    >>> ad.sum(w * w).backward()
+    >>> w.grad
+    array([2., 4.])
+    """
+    if output.value is None:
+        raise ValueError(
+            f"backward: '{output.name}' is symbolic (built from Variables). Take its "
+            f"gradients with ad.gradients(output, wrt) and run them with an Executor."
+        )
+    if output.shape != ():
+        raise ValueError(
+            f"backward: '{output.name}' has shape {output.shape}; backward() needs one "
+            f"number, such as a loss. Reduce it first (ad.sum(y).backward()), or seed "
+            f"ad.gradients(y, wrt, output_grad=...)."
+        )
+    leaves = [node for node in find_topo_sort([output]) if isinstance(node.op, TensorLeaf)]
+    for leaf, grad in zip(leaves, gradients(output, leaves), strict=True):
+        leaf.grad = grad.value if leaf.grad is None else leaf.grad + grad.value
+
+
+OPERATORS["backward"] = backward  # type: ignore[assignment]  # Node.backward calls it
 
 
 @contextmanager
