@@ -1,15 +1,11 @@
-"""Where arrays live: the one module that imports NumPy (and, if asked, CuPy).
+"""Where arrays live: NumPy on the CPU, CuPy on the GPU, one code path.
 
-Ops never write ``numpy.`` or ``cupy.``: they ask for the *array namespace* of their
-inputs (``xp = namespace(x)``) and call functions that exist in both (``xp.exp``,
-``xp.sum``, ...). That is how one op class runs on the CPU and on the GPU through a
-single code path.
+Ops ask for the *array namespace* of their inputs (``xp = namespace(x)``) and call
+functions that exist in both (``xp.exp``, ``xp.sum``, ...): that is how one op class
+runs on the CPU and on the GPU. CuPy is imported only when a GPU is asked for.
 
-Python numbers are kept as Python numbers inside graphs. NumPy (since NEP 50) treats
-them as "weak" scalars: ``float32_array * 2.0`` stays float32, where a 0-d float64
-array would upcast it. That is why ``2 * x`` never changes the dtype of ``x``. NumPy
-scalars (``np.int64(3)``, what indexing or ``.sum()`` of an array gives) count as the
-numbers they hold (``weak_number``), so ``x * np.int64(3)`` keeps it too.
+Python numbers stay Python numbers inside graphs, "weak" as NumPy treats them, so that
+``2 * x`` never changes the dtype of ``x``: ``numbers`` holds that rule.
 """
 
 from __future__ import annotations
@@ -51,29 +47,36 @@ def is_weak_scalar(x: Any) -> bool:
     return type(x) in NUMBER_TYPES
 
 
-def weak_number(x: Any) -> Any:
-    """A NumPy scalar (``np.int64(3)``, ``np.float32(2.0)``) as the Python number it holds,
-    so that it mixes with arrays as a Python number does (weakly: ``x * np.int64(3)``
-    keeps x float32); anything else as it is. A 0-d array is an array and stays one.
+def numbers(values: Sequence[Any], as_arrays: bool = False, device: str | None = None) -> list:
+    """The rule for numbers, in one place: ``values`` (an op's inputs, the feeds) with
 
-    >>> type(weak_number(np.int64(3))).__name__, weak_number(2.5)
-    ('int', 2.5)
+    * each NumPy scalar (``np.int64(3)``, what indexing or ``.sum()`` gives) as the Python
+      number it holds, so that ``x * np.int64(3)`` mixes as ``x * 3`` does;
+    * each Python number kept as it is: NumPy treats it as "weak" (NEP 50), so
+      ``float32_array * 2.0`` stays float32, where a 0-d float64 array would upcast it;
+    * or, with ``as_arrays`` (for ops that call array methods, ``x.sum()``, and for a
+      float fed to a placeholder), each number as a 0-d array, weak still: a float in
+      the real dtype of the floating arrays beside it (else NumPy's float64), an int or
+      a bool in NumPy's own; on the GPU if an array beside it is (with none beside it:
+      on ``device``, else on the CPU).
+
+    >>> numbers([np.int64(3), 2.5])
+    [3, 2.5]
+    >>> numbers([np.ones(2, "float32"), 2.0], as_arrays=True)[1].dtype
+    dtype('float32')
     """
-    if isinstance(x, np.generic) and x.dtype.kind in "biuf":
-        return x.item()
-    return x
-
-
-def numbers_as_arrays(values: Sequence[Any]) -> list[Any]:
-    """``values`` with each Python number as a 0-d array, for ops that call array methods
-    (``x.sum()``). Weak still: a float takes the dtype ``float_beside`` gives, and a number
-    the device of the first array beside it (else NumPy's own dtype, on the CPU)."""
-    like = next((v for v in values if not is_weak_scalar(v)), None)  # (None: 'cpu')
-    floating, _ = float_beside(values)
+    values = [
+        v.item() if isinstance(v, np.generic) and v.dtype.kind in "biuf" else v for v in values
+    ]
+    if not as_arrays or not any(is_weak_scalar(v) for v in values):
+        return values
+    arrays = [v for v in values if hasattr(v, "dtype")]
+    floating = [v for v in arrays if v.dtype.kind in "fc"]
+    dtype = np.finfo(np.result_type(*(v.dtype for v in floating))).dtype if floating else None
+    if arrays:
+        device = "gpu" if any(device_of(v) == "gpu" for v in arrays) else "cpu"
     return [
-        asarray(v, floating if type(v) is float else None, device_of(like))
-        if is_weak_scalar(v)
-        else v
+        asarray(v, dtype if type(v) is float else None, device or "cpu") if is_weak_scalar(v) else v
         for v in values
     ]
 
@@ -208,17 +211,6 @@ def is_floating_array(x: Any) -> bool:
     """True for an array (not a Python number) of a floating-point or complex dtype."""
     dtype = dtype_of(x)
     return dtype is not None and dtype.kind in "fc"
-
-
-def float_beside(values: Sequence[Any]) -> tuple[Any, str | None]:
-    """The dtype and device a weak Python float takes beside ``values``: NumPy's result
-    type of the floating arrays among them, real (float32 beside complex64), on the GPU if
-    one of them is; (None, None) where there are none (then: as ``tensor(2.0)``)."""
-    arrays = [v for v in values if is_floating_array(v)]
-    if not arrays:
-        return None, None
-    gpu = any(device_of(v) == "gpu" for v in arrays)
-    return np.finfo(result_dtype(*(v.dtype for v in arrays))).dtype, "gpu" if gpu else "cpu"
 
 
 def is_floating(dtype: Any) -> bool:

@@ -265,7 +265,7 @@ class Op:
     differentiable: ClassVar[bool] = True
     # True for ops that take Python numbers as they are (elementwise ops: NumPy's
     # functions and operators do, and a number stays weak there). The others call array
-    # methods (x.sum()): a number reaches them as a 0-d array (backend.numbers_as_arrays).
+    # methods (x.sum()): a number reaches them as a 0-d array (backend.numbers).
     takes_numbers: ClassVar[bool] = False
 
     def __init_subclass__(cls, register: bool = True, **kwargs):
@@ -304,20 +304,17 @@ class Op:
         ``compute``, if given, computes instead of the op's own (the system layer writes
         results into planned buffers this way).
         """
-        if self.differentiable:  # floating-point inputs only (Python numbers are)
+        if self.differentiable:  # floating-point inputs only (a Python number is one)
             for value in input_vals:
-                if type(value) is not float and getattr(value, "dtype", _FLOAT64).kind not in "fc":
-                    self.check_dtypes(input_vals)
-                    break
-        if not self.takes_numbers:
+                if getattr(value, "dtype", _FLOAT64).kind not in "fc":
+                    self.check_dtypes(input_vals)  # raises, unless it may have any dtype
+        if not self.takes_numbers:  # a Python number reaches it as a 0-d array
             for value in input_vals:
                 if type(value) in backend.NUMBER_TYPES:
-                    input_vals = backend.numbers_as_arrays(input_vals)
+                    input_vals = backend.numbers(input_vals, as_arrays=True)
                     break
         try:
-            if compute is not None:
-                return compute(*input_vals, **attrs)
-            return self.compute(*input_vals, **attrs) if attrs else self.compute(*input_vals)
+            return (compute or self.compute)(*input_vals, **attrs)
         except AutodiffError:
             raise  # already written for a student
         except Exception as exc:
@@ -327,7 +324,7 @@ class Op:
         """Raise a DTypeError for a non-float input the op cannot take. ``inputs``, the
         input nodes where the caller knows them, make the advice fit the node at hand."""
         for i, value in enumerate(input_vals):
-            dtype = getattr(value, "dtype", _FLOAT64)
+            dtype = getattr(value, "dtype", _FLOAT64)  # (a Python number: as a float)
             if dtype.kind not in "fc" and i not in self.any_dtype_inputs:
                 node = inputs[i] if len(inputs) == len(input_vals) else None
                 raise DTypeError(
@@ -488,8 +485,8 @@ def constant(data, name: str | None = None, dtype=None, device: str | None = Non
 
 def as_node(x) -> Node:
     """``x`` itself if it is a Node, else a constant holding it (a NumPy scalar as the
-    Python number it holds, so that it stays weak: see ``backend.weak_number``)."""
-    return x if isinstance(x, Node) else constant(backend.weak_number(x))
+    Python number it holds, so that it stays weak: see ``backend.numbers``)."""
+    return x if isinstance(x, Node) else constant(backend.numbers([x])[0])
 
 
 # Running graphs --------------------------------------------------------------------------

@@ -87,11 +87,10 @@ def resolve_feeds(leaves: Sequence[Node], feed_dict: dict) -> dict[Node, Any]:
     fed = [(_resolve(key, by_name), data) for key, data in feed_dict.items()]
     feeds = {node: _check_feed(node, data) for node, data in fed}
     floats = [n for n, v in feeds.items() if type(v) is float and isinstance(n.op, Placeholder)]
-    if floats:  # weak, as a float written in the graph: float32 beside float32 arrays
-        dtype, device = backend.float_beside([*feeds.values(), *(x.value for x in leaves)])
-        for node in floats:
-            value = feeds[node]
-            feeds[node] = backend.asarray(value, dtype, backend.leaf_device(value, device))
+    beside = [*feeds.values(), *(x.value for x in leaves)] if floats else []
+    for node in floats:  # weak, as a float written in the graph: float32 beside float32
+        device = backend.get_default_device()
+        feeds[node] = backend.numbers([feeds[node], *beside], as_arrays=True, device=device)[0]
     return feeds
 
 

@@ -12,7 +12,7 @@ comparisons) are in piecewise.py.
 from __future__ import annotations
 
 from ..core.backend import broadcast_shapes as broadcast_shapes_of
-from ..core.backend import device_of, is_weak_scalar, namespace, weak_number
+from ..core.backend import device_of, is_weak_scalar, namespace, numbers
 from ..core.errors import ShapeError
 from ..core.graph import Node, Op, Spec, describe
 from .static_shapes import broadcast_shapes, result_dtype
@@ -175,7 +175,7 @@ def _times_derivative(d, x, p):
 def power(a, b, *, name: str | None = None) -> Node:
     """a ** b. A number exponent (``x ** 3``, ``x ** np.int64(3)``) uses the simpler rule
     of PowerScalar."""
-    b = weak_number(b)
+    (b,) = numbers([b])
     if is_weak_scalar(b):
         return PowerScalar.apply(a, exponent=b, name=name)
     return Power.apply(a, b, name=name)

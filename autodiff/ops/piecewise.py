@@ -236,7 +236,7 @@ class Comparison(Elementwise, register=False):
         return None
 
 
-BOOL = numpy_result_dtype("bool")  # NumPy's bool dtype (only backend.py imports NumPy)
+BOOL = numpy_result_dtype("bool")  # NumPy's bool dtype, which CuPy shares
 
 
 class Equal(Comparison):

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.backend import is_weak_scalar, numbers_as_arrays
+from ..core.backend import is_weak_scalar, numbers
 from .slots import Step
 
 # What an op raises on inputs it cannot take (NumPy's and ours). The compiled function
@@ -57,7 +57,7 @@ def kernel(node) -> Any:
     bound = functools.partial(compute, **node.attrs) if node.attrs else compute
     if node.op.takes_numbers or not any(is_weak_scalar(x.value) for x in node.inputs):
         return bound
-    return lambda *values: bound(*numbers_as_arrays(values))
+    return lambda *values: bound(*numbers(values, as_arrays=True))
 
 
 class StraightLine:
