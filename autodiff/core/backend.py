@@ -11,8 +11,7 @@ Python numbers stay Python numbers inside graphs, "weak" as NumPy treats them, s
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +20,9 @@ Array = Any  # a numpy.ndarray or a cupy.ndarray
 DEVICES = ("cpu", "gpu")
 _DEVICE_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}
 _cupy = None
-_default_device = "cpu"
+# The device new leaves go to when made from lists, numbers or NumPy arrays ("cpu" at
+# start; ad.backend.set_default_device, in system/backend.py, changes it).
+DEFAULT = {"device": "cpu"}
 
 
 def import_cupy():
@@ -108,41 +109,12 @@ def device_of(x: Any) -> str:
     return "gpu" if type(x).__module__.startswith("cupy") else "cpu"
 
 
-def get_default_device() -> str:
-    """The device of new leaves made from lists, numbers or NumPy arrays ('cpu' at start)."""
-    return _default_device
-
-
-def set_default_device(device: str) -> None:
-    """Make ``ad.tensor`` and ``ad.constant`` put new leaves on ``device`` by default.
-
-    >>> set_default_device("cpu"); get_default_device()
-    'cpu'
-    """
-    global _default_device
-    device = normalize_device(device)
-    if device == "gpu":
-        import_cupy()  # fail now, with the install hint, rather than at the first op
-    _default_device = device
-
-
-@contextmanager
-def using_device(device: str) -> Iterator[str]:
-    """``with using_device("gpu"):`` new leaves default to the GPU inside the block."""
-    previous = _default_device
-    set_default_device(device)
-    try:
-        yield _default_device
-    finally:
-        set_default_device(previous)
-
-
 def leaf_device(data: Any, device: str | None) -> str:
     """Where a new leaf goes: the device asked for; else a GPU array stays on the GPU,
     and anything else goes to the default device."""
     if device is not None:
         return normalize_device(device)
-    return "gpu" if device_of(data) == "gpu" else _default_device
+    return "gpu" if device_of(data) == "gpu" else DEFAULT["device"]
 
 
 def asarray(data: Any, dtype: Any = None, device: str | None = None, copy: bool = False) -> Array:

@@ -164,6 +164,7 @@ class Node:
     __neg__, __abs__ = operator("negative"), operator("absolute")
     __lt__, __le__ = operator("less"), operator("less_equal")
     __gt__, __ge__ = operator("greater"), operator("greater_equal")
+    __getitem__ = operator("getitem")
 
     def __pos__(self):
         return self
@@ -190,9 +191,6 @@ class Node:
         depends on: sugar over ``ad.gradients``, defined with it (system/gradients.py)."""
         OPERATORS["backward"](self)
 
-    def __getitem__(self, index) -> Node:
-        return OPERATORS["getitem"](self, index)
-
     def flatten(self, start: int = 0) -> Node:
         return OPERATORS["flatten"](self, start)
 
@@ -205,8 +203,6 @@ class Spec(NamedTuple):
 
     ``dtype`` is None for a Python number. ``view`` is True when an op's output shares
     the memory of its first input (a reshape, a transpose): it costs no new bytes.
-    Memory planning gives shape rules plain shapes and dtypes; graph passes give them
-    symbols for what is not known yet (ops/static_shapes.py).
 
     >>> Spec((2, 3), "float64")
     Spec(shape=(2, 3), dtype='float64', view=False)
@@ -258,14 +254,12 @@ class Op:
     # Positions that may hold integers (class labels); integers are never differentiated.
     integer_inputs: ClassVar[tuple[int, ...]] = ()
     # False for ops whose output has no derivative: comparisons (booleans), argmax
-    # (indices). Their inputs may have any dtype, their tangent is zero (jvp gives None),
-    # and their gradient rule raises ``not_differentiable``'s error, since a gradient
-    # that reaches them means the caller differentiated a boolean or an index. The test
-    # suite checks their values against NumPy instead of their derivatives.
+    # (indices). Their inputs may have any dtype, their tangent is zero (jvp: None), and
+    # their gradient rule raises ``not_differentiable``'s error (a boolean or an index was
+    # differentiated). The tests check their values against NumPy instead.
     differentiable: ClassVar[bool] = True
-    # True for ops that take Python numbers as they are (elementwise ops: NumPy's
-    # functions and operators do, and a number stays weak there). The others call array
-    # methods (x.sum()): a number reaches them as a 0-d array (backend.numbers).
+    # True for ops that take Python numbers as they are (elementwise ops, as NumPy's do).
+    # The others call array methods (x.sum()): a number comes as a 0-d array (backend.numbers).
     takes_numbers: ClassVar[bool] = False
 
     def __init_subclass__(cls, register: bool = True, **kwargs):
@@ -280,12 +274,11 @@ class Op:
     def apply(cls, *inputs, name: str | None = None, **attrs) -> Node:
         """Make a node of this op (called ``name`` in drawings, if given); compute it now
         if every input has a value."""
-        op = cls._instance
         for x in inputs:
             if not isinstance(x, Node):  # a number or an array: a constant node
-                inputs = tuple([x if isinstance(x, Node) else as_node(x) for x in inputs])
+                inputs = tuple([as_node(x) for x in inputs])
                 break
-        node = Node(op, inputs, attrs, name)
+        node = Node(cls._instance, inputs, attrs, name)
         built = _building.get()
         if built is not None:
             built.append(node)
@@ -379,13 +372,10 @@ class Op:
         )
 
     def unbroadcast_needed(self, node: Node, index: int, known_shape=None) -> bool:
-        """Whether the gradient for input ``index`` may be bigger than that input.
-
-        For elementwise ops the gradient has the output's shape; when shapes are not
-        known (symbolic graphs) the engine has to assume it may differ. ``known_shape(n)``:
-        what is known of a node's shape (default ``n.shape``; static_shapes gives
-        symbols, equal only when equal in every run).
-        """
+        """Whether the gradient for input ``index`` may be bigger than that input: it has
+        the output's shape, and shapes not known (symbolic graphs) may differ.
+        ``known_shape(n)``: what is known of a node's shape (default ``n.shape``;
+        static_shapes gives symbols, equal only when equal in every run)."""
         known_shape = known_shape or (lambda n: n.shape)
         shape, input_shape = known_shape(node), known_shape(node.inputs[index])
         return not (isinstance(shape, tuple) and shape == input_shape)

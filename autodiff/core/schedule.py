@@ -89,8 +89,8 @@ def resolve_feeds(leaves: Sequence[Node], feed_dict: dict) -> dict[Node, Any]:
     floats = [n for n, v in feeds.items() if type(v) is float and isinstance(n.op, Placeholder)]
     beside = [*feeds.values(), *(x.value for x in leaves)] if floats else []
     for node in floats:  # weak, as a float written in the graph: float32 beside float32
-        device = backend.get_default_device()
-        feeds[node] = backend.numbers([feeds[node], *beside], as_arrays=True, device=device)[0]
+        value = [feeds[node], *beside]
+        feeds[node] = backend.numbers(value, as_arrays=True, device=backend.DEFAULT["device"])[0]
     return feeds
 
 

@@ -17,14 +17,12 @@ from .elementwise import (
     log1p,
     multiply,
     negative,
-    ones_like,
     power,
     sigmoid,
     sin,
     sqrt,
     subtract,
     tanh,
-    zeros_like,
 )
 from .indexing import concatenate, getitem, place_part, scatter_like, split, split_part, stack
 from .linalg import matmul
@@ -65,11 +63,13 @@ from .shape import (
     broadcast_to,
     expand_dims,
     flatten,
+    ones_like,
     reshape,
     reshape_like,
     squeeze,
     sum_to_like,
     transpose,
+    zeros_like,
 )
 
 OPERATORS.update(

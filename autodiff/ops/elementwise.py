@@ -12,9 +12,10 @@ comparisons) are in piecewise.py.
 from __future__ import annotations
 
 from ..core.backend import broadcast_shapes as broadcast_shapes_of
-from ..core.backend import device_of, is_weak_scalar, namespace, numbers
+from ..core.backend import is_weak_scalar, namespace, numbers
 from ..core.errors import ShapeError
 from ..core.graph import Node, Op, Spec, describe
+from .shape import zeros_like
 from .static_shapes import broadcast_shapes, result_dtype
 
 
@@ -324,53 +325,6 @@ class Sqrt(Elementwise):
 def sqrt(x, *, name: str | None = None) -> Node:
     """Square root, elementwise."""
     return Sqrt.apply(x, name=name)
-
-
-class OnesLike(Elementwise):
-    """Y = an array of ones with X's shape and dtype; depends on no value of X."""
-
-    name = "ones_like"
-    shape_inputs = (0,)
-
-    def compute(self, x):
-        if is_weak_scalar(x):
-            return 1.0
-        xp = namespace(x)  # (of one number on the CPU, as for a loss: array() is quick;
-        # on the GPU it would copy from the host, where ones_like is a kernel)
-        quick = x.ndim == 0 and device_of(x) == "cpu"
-        return xp.array(1, dtype=x.dtype) if quick else xp.ones_like(x)
-
-    def gradient(self, node, output_grad):
-        return [None]
-
-    def jvp(self, node, x_dot):
-        return None
-
-
-def ones_like(x, *, name: str | None = None) -> Node:
-    """Ones with the shape and dtype of x."""
-    return OnesLike.apply(x, name=name)
-
-
-class ZerosLike(Elementwise):
-    """Y = an array of zeros with X's shape and dtype; depends on no value of X."""
-
-    name = "zeros_like"
-    shape_inputs = (0,)
-
-    def compute(self, x):
-        return 0.0 if is_weak_scalar(x) else namespace(x).zeros_like(x)
-
-    def gradient(self, node, output_grad):
-        return [None]
-
-    def jvp(self, node, x_dot):
-        return None
-
-
-def zeros_like(x, *, name: str | None = None) -> Node:
-    """Zeros with the shape and dtype of x."""
-    return ZerosLike.apply(x, name=name)
 
 
 class Log1p(Elementwise):

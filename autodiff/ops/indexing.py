@@ -23,8 +23,7 @@ import numpy as np
 from ..core.backend import namespace, to_device
 from ..core.errors import ShapeError
 from ..core.graph import Node, Op, Spec, named
-from .elementwise import zeros_like
-from .shape import expand_dims, shape_of
+from .shape import expand_dims, shape_of, zeros_like
 from .static_shapes import UNKNOWN, has_rank, is_static, result_dtype
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from ..core.backend import index_dtype, namespace
 from ..core.errors import DTypeError
 from ..core.graph import Node, Op, Spec, named
-from .elementwise import exp, ones_like, sqrt, zeros_like
+from .elementwise import exp, sqrt
 from .piecewise import equal, where
-from .shape import broadcast_like, normalize_axes
+from .shape import broadcast_like, normalize_axes, ones_like, zeros_like
 from .static_shapes import UNKNOWN, has_rank
 
 

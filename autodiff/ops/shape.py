@@ -9,14 +9,16 @@ rule, ``infer``, says so with ``view=True``), which memory planning counts as fr
 Three helper ops take a second, "like" input that only lends its shape. They let a
 gradient rule say "back to the shape of X" before X's shape is known (symbolic graphs):
 ``sum_to_like`` (undoes broadcasting; the engine calls it for broadcasting ops),
-``broadcast_like`` and ``reshape_like``.
+``broadcast_like`` and ``reshape_like``. ``ones_like`` and ``zeros_like`` take nothing
+but the shape (and dtype): the reverse pass starts from ones, and gives zeros to an
+input the output does not depend on.
 """
 
 from __future__ import annotations
 
 import math
 
-from ..core.backend import is_weak_scalar, namespace
+from ..core.backend import device_of, is_weak_scalar, namespace
 from ..core.errors import ShapeError
 from ..core.graph import Node, Op, Spec
 from .static_shapes import UNKNOWN, has_rank, is_static, same
@@ -349,3 +351,58 @@ class ReshapeLike(Op):
 def reshape_like(g, like, *, name: str | None = None) -> Node:
     """``g`` reshaped to ``like``'s shape."""
     return ReshapeLike.apply(g, like, name=name)
+
+
+class OnesLike(Op):
+    """Y = an array of ones with X's shape and dtype; depends on no value of X."""
+
+    name = "ones_like"
+    shape_inputs = (0,)
+    takes_numbers = True  # (of a Python number: 1.0)
+
+    def compute(self, x):
+        if is_weak_scalar(x):
+            return 1.0
+        xp = namespace(x)  # (of one number on the CPU, as for a loss: array() is quick;
+        # on the GPU it would copy from the host, where ones_like is a kernel)
+        quick = x.ndim == 0 and device_of(x) == "cpu"
+        return xp.array(1, dtype=x.dtype) if quick else xp.ones_like(x)
+
+    def infer(self, x):
+        return Spec(x.shape, x.dtype)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def jvp(self, node, x_dot):
+        return None
+
+
+def ones_like(x, *, name: str | None = None) -> Node:
+    """Ones with the shape and dtype of x."""
+    return OnesLike.apply(x, name=name)
+
+
+class ZerosLike(Op):
+    """Y = an array of zeros with X's shape and dtype; depends on no value of X."""
+
+    name = "zeros_like"
+    shape_inputs = (0,)
+    takes_numbers = True  # (of a Python number: 0.0)
+
+    def compute(self, x):
+        return 0.0 if is_weak_scalar(x) else namespace(x).zeros_like(x)
+
+    def infer(self, x):
+        return Spec(x.shape, x.dtype)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def jvp(self, node, x_dot):
+        return None
+
+
+def zeros_like(x, *, name: str | None = None) -> Node:
+    """Zeros with the shape and dtype of x."""
+    return ZerosLike.apply(x, name=name)

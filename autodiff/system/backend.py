@@ -1,7 +1,8 @@
 """``ad.backend`` as users call it: the core's backend (core/backend.py: arrays, devices,
-Python numbers) and what a GPU adds around it: whether one is here (``gpu_problem``),
-waiting for it (``synchronize``), its memory pool (``memory_info``), and checks of values
-on it that wait for the next read instead of making the CPU wait at once.
+Python numbers) and what a GPU adds around it: the device new leaves go to by default
+(``set_default_device``), whether a GPU is here (``gpu_problem``), waiting for it
+(``synchronize``), its memory pool (``memory_info``), and checks of values on it that
+wait for the next read instead of making the CPU wait at once.
 """
 
 from __future__ import annotations
@@ -12,9 +13,37 @@ from typing import Any
 
 from ..core import backend as core
 from ..core.backend import *  # noqa: F403  (ad.backend is the core's, and the names below)
-from ..core.backend import Array, import_cupy, is_weak_scalar
+from ..core.backend import Array, import_cupy, is_weak_scalar, normalize_device
 
 _kernel_problem: str | None = None  # the test kernel's verdict, once it has run
+
+
+def get_default_device() -> str:
+    """The device of new leaves made from lists, numbers or NumPy arrays ('cpu' at start)."""
+    return core.DEFAULT["device"]
+
+
+def set_default_device(device: str) -> None:
+    """Make ``ad.tensor`` and ``ad.constant`` put new leaves on ``device`` by default.
+
+    >>> set_default_device("cpu"); get_default_device()
+    'cpu'
+    """
+    device = normalize_device(device)
+    if device == "gpu":
+        import_cupy()  # fail now, with the install hint, rather than at the first op
+    core.DEFAULT["device"] = device
+
+
+@contextmanager
+def using_device(device: str) -> Iterator[str]:
+    """``with using_device("gpu"):`` new leaves default to the GPU inside the block."""
+    previous = core.DEFAULT["device"]
+    set_default_device(device)
+    try:
+        yield core.DEFAULT["device"]
+    finally:
+        set_default_device(previous)
 
 
 def gpu_problem() -> str | None:

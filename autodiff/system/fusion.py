@@ -53,7 +53,7 @@ from ..core.graph import (
     find_topo_sort,
     spec_of,
 )
-from ..ops.elementwise import Elementwise, OnesLike, ZerosLike
+from ..ops.elementwise import Elementwise
 from .gradients import shape_aware_rule
 from .passes import PassReport, check_outputs, copy_node, count_nodes
 from .slots import last_reads, run_schedule
@@ -349,7 +349,7 @@ def fusible(node: Node) -> bool:
     the comparisons (booleans out) nor ``where`` (a boolean condition in), so that a
     fused node's inputs and result are floats, as a differentiable op's are."""
     op = node.op
-    if not isinstance(op, Elementwise) or isinstance(op, (OnesLike, ZerosLike)):
+    if not isinstance(op, Elementwise):
         return False
     return op.differentiable and not op.integer_inputs
 

@@ -339,9 +339,9 @@ class _Facts:
         """The number every element of ``node`` equals, when known: 1 for ones_like, ..."""
         while isinstance(node.op, FILL_KEEPING):
             node = node.inputs[0]
-        if isinstance(node.op, ew.OnesLike):
+        if isinstance(node.op, shape_ops.OnesLike):
             return 1.0
-        if isinstance(node.op, ew.ZerosLike):
+        if isinstance(node.op, shape_ops.ZerosLike):
             return 0.0
         if not isinstance(node.op, Constant):
             return None
@@ -372,7 +372,7 @@ def _zeros_shaped_like(node: Node, facts: _Facts) -> Node | None:
     """Zeros with the shape and dtype of ``node``, built without computing ``node``."""
     for x in node.inputs:
         if facts.same_signature(x, node):
-            return x if facts.fill(x) == 0 else ew.zeros_like(x)
+            return x if facts.fill(x) == 0 else shape_ops.zeros_like(x)
     signature = facts.signatures.of(node)
     for x in node.inputs:  # a new constant: on the device of an array constant input
         if signature.is_static and isinstance(x.op, Constant) and not is_weak_scalar(x.value):
@@ -474,7 +474,7 @@ def fill_like(node: Node, facts: _Facts) -> Node | None:
         return None  # sums of ones are counts, not ones
     for x in node.inputs[1:]:
         if facts.same_signature(x, node):
-            return ew.ones_like(x) if fill == 1 else ew.zeros_like(x)
+            return shape_ops.ones_like(x) if fill == 1 else shape_ops.zeros_like(x)
     return None
 
 
