@@ -5,6 +5,10 @@ log-sum-exp trick and its gradient is the famous ``softmax(logits) - labels`` fo
 of labels that sum to 1 (in general ``softmax(logits) * sum(labels) - labels``). The
 lecture compares it with the same loss composed of fine ops
 (``-mean(sum(labels * log_softmax(logits), axis=-1))``).
+
+The loss and its gradient both need the exponentials of the shifted logits. They are a
+node of their own (``softmax_exps``) that both read, so a training step computes them
+once, and a drawing shows the loss and its gradient reading the same node.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import numpy as np
 
 from ..core.backend import check_on_device, device_of, is_floating, namespace
 from ..core.errors import DomainError, DTypeError, ShapeError
-from ..core.graph import Node, Op, Spec, named
+from ..core.graph import Node, Op, Spec, as_node, named
 from .reductions import count, log_softmax, logsumexp_values, softmax, sum
 from .shape import shape_of
 from .static_shapes import UNKNOWN, is_symbol, result_dtype, same
@@ -101,32 +105,68 @@ def _ones(length: int, dtype) -> np.ndarray:
 _SPREAD = {t: -0.5 * np.log(np.finfo(t).tiny) for t in "efdg"}
 
 
-def row_exps(z):
-    """``exp(z - shift)``, its rows' sums and ``shift``, for ``z`` of shape (rows, classes).
+def row_shift(z):
+    """The log-sum-exp trick's shift for ``z`` of shape (rows, classes): one number for
+    the whole batch, or a column of one per row. Any shift gives the same softmax; this
+    one keeps ``exp(z - shift)`` from overflowing or losing bits.
 
-    The log-sum-exp trick shifts each row by its max; NumPy takes the max of a short last
-    axis slowly (183 us for 4096 rows of 10 here, against 3 us for the max of the whole
-    array). So on the CPU, when no value lies so far below the whole array's max that
-    its exp would lose bits, every row is shifted by that one max; else (and on the GPU,
-    where the rows' maxima are one kernel) each row by its own. ``shift``: a number or
-    one per row.
+    NumPy takes the max of a short last axis slowly (120 us for 4096 rows of 10 here,
+    against 7 us for the max and min of the whole array). So when no value lies so far
+    below the whole array's max that its exp would lose bits, every row is shifted by
+    that one max; else each row by its own (an all -inf row by 0). On the GPU both are
+    computed and the choice is made there (reading it would wait for the GPU), so both
+    devices give the same shift. Rounded down to a whole number, the shift is piecewise
+    constant in ``z``, so ``exp(z - shift)`` has exp's derivative.
     """
-    if device_of(z) == "cpu" and z.dtype.char in _SPREAD:
-        top = z.max()
-        if top - z.min() <= _SPREAD[z.dtype.char]:  # (False for an inf or a nan)
-            exps = z - top
-            np.exp(exps, out=exps)
-            return exps, row_sums(exps), top
-    return row_exps_each(z)
+    xp, top = namespace(z), z.max()
+    close = top - z.min() <= _SPREAD[z.dtype.char]  # (False for an inf or a nan)
+    if device_of(z) == "cpu" and close:
+        return np.floor(top)
+    each = xp.floor(z.max(axis=1, keepdims=True))  # each row's own
+    each = xp.where(xp.isfinite(each), each, 0)
+    return xp.where(close, xp.floor(top), each)
 
 
-def row_exps_each(z):
-    """``row_exps`` with each row shifted by its own max (an all -inf row by 0)."""
-    xp = namespace(z)
-    shift = z.max(axis=1)
-    shift = xp.where(xp.isfinite(shift), shift, 0)
-    exps = xp.exp(z - shift[:, None])
-    return exps, row_sums(exps), shift
+def shifted_exps(z):
+    """``exp(z - row_shift(z))`` for ``z`` of shape (rows, classes): one new array."""
+    exps = z - row_shift(z)
+    namespace(z).exp(exps, out=exps)
+    return exps
+
+
+class SoftmaxExps(Op):
+    """E = exp(Z - C): the exponentials that ``softmax_cross_entropy`` and its gradient
+    both read (softmax(Z) = E / sum(E, axis=-1)); C = row_shift(Z), each row's max (or
+    the batch's) rounded down to a whole number. C is piecewise constant (it jumps where
+    a max crosses a whole number), so E is differentiated as exp is:
+    dZ = dE * E;   E' = E * Z'.
+    """
+
+    name = "softmax_exps"
+
+    def compute(self, logits):
+        if logits.size == 0:
+            return namespace(logits).exp(logits)  # nothing to shift
+        return shifted_exps(rows_of(logits)).reshape(logits.shape)
+
+    def infer(self, logits):
+        return Spec(logits.shape, logits.dtype)
+
+    def check_dtypes(self, input_vals, inputs=()):
+        # Its logits are the loss's: an error names the op a student called.
+        SoftmaxCrossEntropy._instance.check_dtypes(input_vals, inputs)
+
+    def gradient(self, node, output_grad):
+        return [output_grad * node]
+
+    def jvp(self, node, logits_dot):
+        return logits_dot * node
+
+
+def softmax_exps(logits, *, name: str | None = None) -> Node:
+    """exp(logits - shift), each row shifted by a whole number near its max (``SoftmaxExps``):
+    the node ``softmax_cross_entropy`` and its gradient share."""
+    return SoftmaxExps.apply(logits, name=name)
 
 
 def one_hot_values(labels, logits):
@@ -176,29 +216,28 @@ class SoftmaxCrossEntropy(Op):
 
     Labels are class indices (shape Z.shape[:-1], never differentiated; then S = 1) or
     probabilities (Z's shape), whose rows need not sum to 1: a masked row of zeros adds
-    nothing to the loss and gets no gradient.
+    nothing to the loss and gets no gradient. The third input, E = softmax_exps(Z),
+    gives each row's log-sum-exp, log(sum(E, axis=-1)) + C (the exps: no gradient
+    through them; dZ above is the whole derivative by Z, through E too).
     """
 
     name = "softmax_cross_entropy"
     integer_inputs = (1,)
 
-    def compute(self, logits, labels):
+    def compute(self, logits, labels, exps):
         failed = check_labels(labels, logits)
         if logits.size == 0:
             return self.compute_empty(logits, labels)
         z, xp = rows_of(logits), namespace(logits)
-        exps, sums, shift = row_exps(z)
-        lse = xp.log(sums) + shift  # each row's log-sum-exp; log_softmax = z - lse
+        shift = row_shift(z).reshape(-1)  # the shift E was made with: one, or one per row
+        lse = xp.log(row_sums(rows_of(exps))) + shift  # each row's; log_softmax = z - lse
         if labels.dtype.kind in "iu":  # -log_softmax at each row's class: lse - z[class]
             picked = z[xp.arange(len(z)), in_range(labels, failed, z).reshape(-1)]
             loss = (lse - picked).sum() / len(z)
-            loss = loss if failed is None else xp.where(failed, xp.nan, loss)
-        else:  # sum(P * (lse - z)) row by row, in the dtype they meet in (no log_softmax).
-            p = rows_of(labels).astype(xp.result_type(labels, z), copy=False)
-            loss = (row_sums(p) * lse - xp.einsum("ij,ij->i", p, z)).sum() / len(z)
-        _saved.clear()  # the latest only: nothing piles up
-        _saved[id(loss)] = (loss, logits, labels, failed, exps, sums)
-        return loss
+            return loss if failed is None else xp.where(failed, xp.nan, loss)
+        # sum(P * (lse - z)) row by row, in the dtype they meet in (no log_softmax).
+        p = rows_of(labels).astype(xp.result_type(labels, z), copy=False)
+        return (row_sums(p) * lse - xp.einsum("ij,ij->i", p, z)).sum() / len(z)
 
     def compute_empty(self, logits, labels):  # the definition itself, for no logits
         rows, xp = logits.size // logits.shape[-1], namespace(logits)
@@ -207,7 +246,7 @@ class SoftmaxCrossEntropy(Op):
             return -xp.take_along_axis(log_probs, labels[..., None], axis=-1).sum() / rows
         return -(labels * log_probs).sum() / rows
 
-    def infer(self, logits, labels):
+    def infer(self, logits, labels, exps):
         if labels.dtype is None or is_symbol(labels.dtype):
             return Spec((), UNKNOWN)  # indices or probabilities: only the run will tell
         if is_floating(labels.dtype):  # probabilities meet the log-probabilities
@@ -215,12 +254,13 @@ class SoftmaxCrossEntropy(Op):
         return Spec((), logits.dtype)  # class indices pick log-probabilities
 
     def gradient(self, node, output_grad):
-        logits, labels = node.inputs
+        logits, labels, exps = node.inputs
         d_labels = -log_softmax(logits) * (output_grad / row_count(logits))
-        return [softmax_cross_entropy_gradient(logits, labels, output_grad, node), d_labels]
+        d_logits = softmax_cross_entropy_gradient(logits, labels, output_grad, exps)
+        return [d_logits, d_labels, None]
 
-    def jvp(self, node, logits_dot, labels_dot):
-        logits, labels = node.inputs
+    def jvp(self, node, logits_dot, labels_dot, exps_dot):
+        logits, labels, _ = node.inputs  # (exps_dot: counted in logits_dot's term)
         tangent = sum(logits_adjoint(logits, labels) * logits_dot) / row_count(logits)
         if labels_dot is not None:
             tangent = tangent - sum(log_softmax(logits) * labels_dot) / row_count(logits)
@@ -234,41 +274,38 @@ class SoftmaxCrossEntropyGradient(Op):
     d(Z) = Y * (H - sum(H * Y, axis=-1)), H = G * S * c;   d(P) = (sum(G * Y, axis=-1) - G) * c;
     d(dL) = sum(G * (Y * S - P)) / rows;   written with fine ops (second derivatives).
 
-    It computes in few passes over memory (``row_exps``): the lesson of coarse ops.
-    Its optional fourth input, the loss these logits gave, lets it take the exponentials
-    the loss's forward pass computed, instead of computing them again (``_saved``).
+    It computes in few passes over memory: the lesson of coarse ops. Its optional fourth
+    input, E = softmax_exps(Z), the node the loss read too, gives softmax(Z) =
+    E / sum(E, axis=-1) without computing the exponentials again (E is read, never
+    written: no gradient through it); without it, the op computes its own.
     """
 
     name = "softmax_cross_entropy_gradient"
     integer_inputs = (1,)
 
-    def compute(self, logits, labels, output_grad, loss=None):
+    def compute(self, logits, labels, output_grad, exps=None):
+        failed = check_labels(labels, logits)
         xp = namespace(logits)
-        saved = _take_saved(loss, logits, labels)  # (its forward pass checked the labels)
-        if saved is None:  # not handed the loss computed from these logits: compute
-            failed = check_labels(labels, logits)
-            if logits.size == 0:
-                return xp.zeros_like(logits)
-            exps, sums, _ = row_exps(rows_of(logits))
-        else:
-            failed, exps, sums = saved
-        scale = output_grad / len(exps)  # dL / rows
+        if logits.size == 0:
+            return xp.zeros_like(logits)
+        exps = shifted_exps(rows_of(logits)) if exps is None else rows_of(exps)
+        sums, scale = row_sums(exps), output_grad / len(exps)  # scale: dL / rows
         if labels.dtype.kind in "iu":  # softmax, minus 1 at each row's class; times scale
-            exps *= (scale / sums)[:, None]
-            exps[xp.arange(len(exps)), in_range(labels, failed, exps).reshape(-1)] -= scale
-            exps = exps if failed is None else xp.where(failed, xp.nan, exps)
+            grad = exps * (scale / sums).astype(exps.dtype, copy=False)[:, None]
+            grad[xp.arange(len(grad)), in_range(labels, failed, grad).reshape(-1)] -= scale
+            grad = grad if failed is None else xp.where(failed, xp.nan, grad)
         else:
             p = rows_of(labels.astype(logits.dtype, copy=False))
-            exps *= (row_sums(p) / sums)[:, None]
-            exps -= p
-            exps *= scale
-        return exps.reshape(logits.shape)
+            grad = exps * (row_sums(p) / sums)[:, None]
+            grad -= p
+            grad *= scale
+        return grad.reshape(logits.shape)
 
-    def infer(self, logits, labels, output_grad, loss=None):
+    def infer(self, logits, labels, output_grad, exps=None):
         return Spec(logits.shape, logits.dtype)
 
     def gradient(self, node, output_grad):
-        logits, labels, loss_grad = node.inputs[:3]  # (the loss: no gradient through it)
+        logits, labels, loss_grad = node.inputs[:3]  # (the exps: no gradient through them)
         probs, scale = softmax(logits), loss_grad / row_count(logits)
         mass = label_mass(logits, labels)
         weighted = output_grad * scale if mass is None else output_grad * (mass * scale)
@@ -279,7 +316,7 @@ class SoftmaxCrossEntropyGradient(Op):
             d_labels = (sum(output_grad * probs, axis=-1, keepdims=True) - output_grad) * scale
         return [d_logits, d_labels, d_loss_grad, None][: len(node.inputs)]
 
-    def jvp(self, node, logits_dot, labels_dot, loss_grad_dot, loss_dot=None):
+    def jvp(self, node, logits_dot, labels_dot, loss_grad_dot, exps_dot=None):
         logits, labels, loss_grad = node.inputs[:3]
         probs, scale = softmax(logits), loss_grad / row_count(logits)
         mass = label_mass(logits, labels)
@@ -293,28 +330,12 @@ class SoftmaxCrossEntropyGradient(Op):
         return tangent
 
 
-def softmax_cross_entropy_gradient(logits, labels, output_grad, loss=None, *, name=None) -> Node:
+def softmax_cross_entropy_gradient(logits, labels, output_grad, exps=None, *, name=None) -> Node:
     """(softmax(logits) * S - P) * output_grad / rows: ``SoftmaxCrossEntropyGradient``.
-    ``loss``, the ``softmax_cross_entropy`` node of these logits and labels: handed it,
-    the op takes the exponentials that the loss's forward pass left (``_saved``)."""
-    inputs = (logits, labels, output_grad) if loss is None else (logits, labels, output_grad, loss)
+    ``exps``, the ``softmax_exps`` node of these logits: handed it, the op reads the
+    exponentials the loss read, instead of computing them again."""
+    inputs = (logits, labels, output_grad) if exps is None else (logits, labels, output_grad, exps)
     return SoftmaxCrossEntropyGradient.apply(*inputs, name=name)
-
-
-# The exponentials of the latest forward pass of softmax_cross_entropy, left for its
-# gradient op (as PyTorch's backward reads what its forward saved): (loss, logits,
-# labels, failed, exps, sums), by the loss value's id. The gradient op takes them, once,
-# when it is handed that very loss value with those very logits and labels; any other
-# computes its own. One at a time, so nothing piles up (dict.pop: atomic in threads).
-_saved: dict[int, tuple] = {}
-
-
-def _take_saved(loss, logits, labels) -> tuple | None:
-    """(failed, exps, sums) that the forward pass of ``loss`` left, or None."""
-    saved = None if loss is None else _saved.pop(id(loss), None)
-    if saved is None or saved[0] is not loss or saved[1] is not logits or saved[2] is not labels:
-        return None
-    return saved[3:]
 
 
 def row_count(logits: Node) -> Node:
@@ -341,14 +362,16 @@ def softmax_cross_entropy(logits, labels, *, name: str | None = None) -> Node:
     """Mean cross-entropy between softmax(logits) and labels, over all rows.
 
     ``labels`` are integer class indices of shape ``logits.shape[:-1]`` or float
-    probabilities (one-hot or soft) of ``logits``' shape.
+    probabilities (one-hot or soft) of ``logits``' shape. Two nodes: the exponentials
+    ``softmax_exps(logits)``, which the loss and its gradient both read, and the loss.
 
     >>> import autodiff as ad
     >>> logits = ad.tensor([[2.0, 0.0], [0.0, 2.0]])
     >>> round(float(ad.softmax_cross_entropy(logits, [0, 1]).value), 4)
     0.1269
     """
-    return SoftmaxCrossEntropy.apply(logits, labels, name=name)
+    logits = as_node(logits)  # (one node, read by both)
+    return SoftmaxCrossEntropy.apply(logits, labels, softmax_exps(logits), name=name)
 
 
 def softmax_cross_entropy_composed(logits, labels, *, name: str | None = None) -> Node:

@@ -131,34 +131,3 @@ def test_cross_entropy_of_one_hot_probabilities_is_as_accurate_as_of_indices():
     expected = float(np.mean(np.log(np.exp(z - z[np.arange(1024), indices, None]).sum(-1))))
     assert by_probability == pytest.approx(by_index, rel=1e-6)
     assert by_probability == pytest.approx(expected, rel=0.02)
-
-
-def test_the_loss_gradient_takes_the_softmax_its_forward_pass_left(monkeypatch):
-    # The coarse loss's gradient op, handed the loss, reuses the forward pass's
-    # exponentials: one softmax per step, in both styles; another loss's are not taken.
-    from autodiff.ops import losses
-
-    calls = []
-    row_exps = losses.row_exps
-    monkeypatch.setattr(losses, "row_exps", lambda z: calls.append(z.shape) or row_exps(z))
-    rng = np.random.default_rng(0)
-    z1, z2 = (ad.tensor(rng.normal(size=(5, 4)), name=f"z{i}") for i in (1, 2))
-    labels = [0, 3, 1, 2, 3]
-    loss1 = ad.softmax_cross_entropy(z1, labels)
-    loss2 = ad.softmax_cross_entropy(z2, labels)  # the latest: its softmax is the one left
-    with ad.gradient_cache.disabled():
-        (d1,) = ad.gradients(loss1, [z1])  # none left for loss1: computed again
-        (d2,) = ad.gradients(loss2, [z2])  # taken: no softmax computed
-    assert len(calls) == 3  # two forward passes, and loss1's gradient
-    for z, d in ((z1, d1), (z2, d2)):
-        p = np.exp(z.value - z.value.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
-        np.testing.assert_allclose(d.value, (p - np.eye(4)[labels]) / 5, rtol=1e-12)
-    calls.clear()
-    x, y = ad.Variable("x", shape=(None, 4)), ad.Variable("y", shape=(None,), dtype="int64")
-    loss = ad.softmax_cross_entropy(x, y)
-    executor = ad.Executor([loss, *ad.gradients(loss, [x])])
-    for _ in range(3):  # checked, then compiled runs
-        _, dx = executor.run({x: z1.value, y: np.array(labels)})
-    assert len(calls) == 3  # one softmax per run
-    np.testing.assert_allclose(dx, d1.value, rtol=1e-12)
