@@ -14,6 +14,7 @@ once, and a drawing shows the loss and its gradient reading the same node.
 from __future__ import annotations
 
 import functools
+from types import MappingProxyType
 
 import numpy as np
 
@@ -101,8 +102,8 @@ def _ones(length: int, dtype) -> np.ndarray:
 
 
 # Per float dtype: how far below the max a value may lie for its exp to keep every bit
-# (the exp stays above the square root of the smallest normal number).
-_SPREAD = {t: -0.5 * np.log(np.finfo(t).tiny) for t in "efdg"}
+# (the exp stays above the square root of the smallest normal number). Read-only.
+_SPREAD = MappingProxyType({t: -0.5 * np.log(np.finfo(t).tiny) for t in "efdg"})
 
 
 def row_shift(z):
