@@ -14,6 +14,7 @@ once, and a drawing shows the loss and its gradient reading the same node.
 from __future__ import annotations
 
 import functools
+import math
 from types import MappingProxyType
 
 import numpy as np
@@ -122,7 +123,7 @@ def row_shift(z):
     xp, top = namespace(z), z.max()
     close = top - z.min() <= _SPREAD[z.dtype.char]  # (False for an inf or a nan)
     if device_of(z) == "cpu" and close:
-        return np.floor(top)
+        return float(math.floor(top))  # (a Python number: the quickest to subtract)
     each = xp.floor(z.max(axis=1, keepdims=True))  # each row's own
     each = xp.where(xp.isfinite(each), each, 0)
     return xp.where(close, xp.floor(top), each)
@@ -230,8 +231,8 @@ class SoftmaxCrossEntropy(Op):
         if logits.size == 0:
             return self.compute_empty(logits, labels)
         z, xp = rows_of(logits), namespace(logits)
-        shift = row_shift(z).reshape(-1)  # the shift E was made with: one, or one per row
-        lse = xp.log(row_sums(rows_of(exps))) + shift  # each row's; log_softmax = z - lse
+        shift = row_shift(z)  # the shift E was made with: one, or a column of one per row
+        lse = (xp.log(row_sums(rows_of(exps)))[:, None] + shift)[:, 0]  # log_softmax = z - lse
         if labels.dtype.kind in "iu":  # -log_softmax at each row's class: lse - z[class]
             picked = z[xp.arange(len(z)), in_range(labels, failed, z).reshape(-1)]
             loss = (lse - picked).sum() / len(z)
