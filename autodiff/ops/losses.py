@@ -32,7 +32,8 @@ def check_labels(labels, logits):
 
     On the GPU, class indices are checked on the device (no wait for the GPU): a device
     flag is returned, true if one is out of range, to make the result NaN, and the error
-    is raised at the next read of a value by the host (``backend.check_on_device``).
+    is raised by ``backend.check_on_device``: at the next read of a value by the host,
+    as ``import autodiff`` sets it up (system/backend.py).
     """
     classes = logits.shape[-1]
     if labels.dtype.kind in "iu":
@@ -231,8 +232,9 @@ class SoftmaxCrossEntropy(Op):
         if logits.size == 0:
             return self.compute_empty(logits, labels)
         z, xp = rows_of(logits), namespace(logits)
-        shift = row_shift(z)  # the shift E was made with: one, or a column of one per row
-        lse = (xp.log(row_sums(rows_of(exps)))[:, None] + shift)[:, 0]  # log_softmax = z - lse
+        shift = row_shift(z)  # the shift E was made with: a number, or a column of one per row
+        shift = shift if type(shift) is float else shift[:, 0]
+        lse = xp.log(row_sums(rows_of(exps))) + shift  # each row's; log_softmax = z - lse
         if labels.dtype.kind in "iu":  # -log_softmax at each row's class: lse - z[class]
             picked = z[xp.arange(len(z)), in_range(labels, failed, z).reshape(-1)]
             loss = (lse - picked).sum() / len(z)
