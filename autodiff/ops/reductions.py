@@ -9,7 +9,12 @@ array and logsumexp gives -inf (the log of an empty sum).
 
 from __future__ import annotations
 
-from ..core.backend import index_dtype, namespace
+import functools
+from types import MappingProxyType
+
+import numpy as np
+
+from ..core.backend import device_of, index_dtype, namespace
 from ..core.errors import DTypeError
 from ..core.graph import Node, Op, Spec, named
 from .elementwise import exp, sqrt
@@ -135,6 +140,54 @@ def logsumexp(x, axis=None, keepdims: bool = False, *, name: str | None = None) 
     return LogSumExp.apply(x, axis=_axis(axis), keepdims=keepdims, name=name)
 
 
+# Per float dtype: how far below the max a value may lie for its exp to keep every bit
+# (the exp stays above the square root of the smallest normal number). Read-only.
+_SPREAD = MappingProxyType({t: -0.5 * np.log(np.finfo(t).tiny) for t in "efdg"})
+
+
+def row_shift(z):
+    """A shift for the rows of ``z`` (rows, classes) that keeps ``exp(z - shift)`` from
+    overflowing or losing bits: one number for the whole batch, or a column of one per
+    row (each row's max; 0 for a row with no finite max). Any shift gives the same softmax.
+
+    NumPy takes the max of a short last axis slowly (120 us for 4096 rows of 10 here,
+    against 7 us for the max and min of the whole array). So on the CPU, when no value
+    lies so far below the whole array's max that its exp would lose bits, every row is
+    shifted by that one max. On the GPU each row's max is one kernel.
+    """
+    xp, top = namespace(z), z.max()
+    close = top - z.min() <= _SPREAD.get(z.dtype.char, -1)  # (False for an inf or a nan)
+    if device_of(z) == "cpu" and close:
+        return float(top)  # (a Python number: the quickest to subtract)
+    each = z.max(axis=1, keepdims=True)
+    return xp.where(xp.isfinite(each), each, 0)
+
+
+def row_sums(x):
+    """Each row's sum of a 2-D array. On the CPU a product with a vector of ones: NumPy
+    sums a short last axis slowly (85 us for 4096 rows of 10 here; 11 us this way). On
+    the GPU one reduction kernel, which a CUDA graph can record (cuBLAS it cannot)."""
+    if device_of(x) == "cpu":
+        return x @ _ones(x.shape[1], x.dtype)
+    return x.sum(axis=1)
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(length: int, dtype) -> np.ndarray:
+    ones = np.ones(length, dtype)
+    ones.flags.writeable = False  # shared by every call
+    return ones
+
+
+def softmax_rows(z):
+    """The softmax of each row of ``z`` (rows, classes; C-ordered, not empty): one new
+    array, exponentiated and normalised in place."""
+    e = z - row_shift(z)
+    namespace(z).exp(e, out=e)
+    e /= row_sums(e)[:, None]
+    return e
+
+
 class Softmax(Op):
     """Y = exp(X) / sum(exp(X), axis);   dX = Y * (dY - sum(dY * Y, axis));
     Y' = Y * (X' - sum(X' * Y, axis))."""
@@ -143,6 +196,9 @@ class Softmax(Op):
         xp = namespace(x)
         if x.size == 0:  # nothing to normalise (and max() of nothing is an error)
             return xp.zeros_like(x)
+        if x.ndim and axis in (-1, x.ndim - 1):  # rows of classes, the common case: made quick
+            rows = xp.ascontiguousarray(x.reshape(-1, x.shape[-1]))
+            return softmax_rows(rows).reshape(x.shape)
         e = xp.exp(x - x.max(axis=axis, keepdims=True))
         return e / e.sum(axis=axis, keepdims=True)
 

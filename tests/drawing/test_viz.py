@@ -146,19 +146,19 @@ def test_draw_forward_graph():
         viz.draw([x])
 
 
-def test_the_coarse_loss_and_its_gradient_are_drawn_reading_one_exps_node():
+def test_the_coarse_loss_and_its_gradient_are_drawn_reading_one_softmax_node():
     """What the loss and its gradient op share is a node the drawing shows: an edge
-    from the exps to the loss, and a dashed link across to the gradient op."""
+    from the softmax to the loss, and a dashed link across to the gradient op."""
     logits = ad.tensor(np.random.default_rng(0).normal(size=(4, 3)), name="logits")
     loss = ad.softmax_cross_entropy(logits, [0, 2, 1, 1])
     picture = Picture(viz.side_by_side(loss, [logits], reads="edges"))
     by_op = {picture.first_line(name): name for name in picture.nodes}
-    exps = by_op["softmax_exps"]
-    assert exps in picture.clusters["cluster_forward"]
+    probs = by_op["softmax"]
+    assert probs in picture.clusters["cluster_forward"]
     solid = {(t, h) for t, h, e in picture.edges if e.get("style") != "dashed"}
-    assert (by_op["logits"], exps) in solid
-    assert (exps, by_op["softmax_cross_entropy"]) in solid
-    assert (exps, by_op["softmax_cross_entropy_gradient"]) in picture.dashed()
+    assert (by_op["logits"], probs) in solid
+    assert (probs, by_op["softmax_cross_entropy"]) in solid
+    assert (probs, by_op["softmax_cross_entropy_gradient"]) in picture.dashed()
 
 
 def test_labels_are_escaped():

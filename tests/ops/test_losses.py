@@ -1,13 +1,13 @@
-"""The coarse loss's exponentials are a node: ``softmax_cross_entropy`` and its gradient
-op both read ``softmax_exps(logits)``, so a training step computes them once, in every
-style, and nothing passes between the two ops outside the graph."""
+"""The coarse loss's softmax is a node: ``softmax_cross_entropy`` and its gradient op
+both read ``softmax(logits)``, so a training step computes it once, in every style, and
+nothing passes between the two ops outside the graph."""
 
 import numpy as np
 import pytest
 
 import autodiff as ad
 from autodiff import nn, optim
-from autodiff.ops import losses
+from autodiff.ops import losses, reductions
 
 LABELS = np.array([0, 3, 1, 2, 3])
 
@@ -28,22 +28,23 @@ def np_loss_and_gradient(z, labels):
 
 
 @pytest.fixture
-def exps_computed(monkeypatch):
-    """The shapes of the logits whose exponentials were computed (``shifted_exps``: by
-    the exps node, or by a gradient op not handed one), one per call."""
+def softmax_computed(monkeypatch):
+    """The shapes of the logits whose softmax was computed (``softmax_rows``: by the
+    softmax node, or by a gradient op not handed one), one per call."""
     calls = []
-    shifted_exps = losses.shifted_exps
+    softmax_rows = reductions.softmax_rows
 
     def counted(z):
         calls.append(z.shape)
-        return shifted_exps(z)
+        return softmax_rows(z)
 
-    monkeypatch.setattr(losses, "shifted_exps", counted)
+    monkeypatch.setattr(reductions, "softmax_rows", counted)
+    monkeypatch.setattr(losses, "softmax_rows", counted)
     return calls
 
 
 @pytest.mark.parametrize("style", ["define-by-run", "define-then-run"])
-def test_the_loss_and_its_gradient_read_one_exps_node(style):
+def test_the_loss_and_its_gradient_read_one_softmax_node(style):
     if style == "define-by-run":
         logits = ad.tensor(np.random.default_rng(0).normal(size=(5, 4)), name="logits")
     else:
@@ -51,14 +52,14 @@ def test_the_loss_and_its_gradient_read_one_exps_node(style):
     loss = ad.softmax_cross_entropy(logits, LABELS)
     grads = ad.gradients(loss, [logits])
     nodes = ad.find_topo_sort([loss, *grads])
-    (exps,) = [node for node in nodes if node.op.name == "softmax_exps"]
-    assert exps.inputs == (logits,)
-    readers = sorted(node.op.name for node in nodes if exps in node.inputs)
+    (probs,) = [node for node in nodes if node.op.name == "softmax"]
+    assert probs.inputs == (logits,)
+    readers = sorted(node.op.name for node in nodes if probs in node.inputs)
     assert readers == ["softmax_cross_entropy", "softmax_cross_entropy_gradient"]
-    assert loss.inputs[0] is logits and loss.inputs[2] is exps
+    assert loss.inputs[0] is logits and loss.inputs[2] is probs
 
 
-def test_one_softmax_per_define_by_run_step(exps_computed):
+def test_one_softmax_per_define_by_run_step(softmax_computed):
     rng = np.random.default_rng(1)
     for step in range(4):  # the gradient cache: built, built and compiled, then run
         z = rng.normal(size=(5, 4))
@@ -69,13 +70,13 @@ def test_one_softmax_per_define_by_run_step(exps_computed):
             grad = logits.grad
         else:
             grad = ad.gradients(loss, [logits])[0].value
-        assert len(exps_computed) == step + 1  # the forward pass's, and no other
+        assert len(softmax_computed) == step + 1  # the forward pass's, and no other
         expected_loss, expected_grad = np_loss_and_gradient(z, LABELS)
         assert float(loss.value) == pytest.approx(expected_loss, rel=1e-12)
         np.testing.assert_allclose(grad, expected_grad, rtol=1e-12, atol=1e-15)
 
 
-def test_one_softmax_per_run_of_a_symbolic_step(exps_computed):
+def test_one_softmax_per_run_of_a_symbolic_step(softmax_computed):
     x, y = ad.Variable("x", shape=(None, 4)), ad.Variable("y", shape=(None,), dtype="int64")
     loss = ad.softmax_cross_entropy(x, y)
     executor = ad.Executor([loss, *ad.gradients(loss, [x])])
@@ -83,14 +84,14 @@ def test_one_softmax_per_run_of_a_symbolic_step(exps_computed):
     for run in range(3):  # checked, then compiled runs
         z = rng.normal(size=(5, 4))
         value, dx = executor.run({x: z, y: LABELS})
-        assert len(exps_computed) == run + 1
+        assert len(softmax_computed) == run + 1
         expected_loss, expected_grad = np_loss_and_gradient(z, LABELS)
         assert float(value) == pytest.approx(expected_loss, rel=1e-12)
         np.testing.assert_allclose(dx, expected_grad, rtol=1e-12, atol=1e-15)
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_one_softmax_per_step_of_nn_train(exps_computed, compiled):
+def test_one_softmax_per_step_of_nn_train(softmax_computed, compiled):
     """Full-batch SGD on a linear model, against the same steps written in NumPy."""
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=(6, 3)), np.array([0, 1, 2, 3, 1, 0])
@@ -99,7 +100,7 @@ def test_one_softmax_per_step_of_nn_train(exps_computed, compiled):
     steps, lr = 5, 0.5
     nn.train(model, nn.cross_entropy, optim.SGD(model.parameters(), lr=lr), x, y,
              epochs=steps, shuffle=False, progress=False, compiled=compiled)  # fmt: skip
-    assert len(exps_computed) == steps
+    assert len(softmax_computed) == steps
     for _ in range(steps):
         _, d_logits = np_loss_and_gradient(x @ w + b, y)
         w, b = w - lr * x.T @ d_logits, b - lr * d_logits.sum(axis=0)
@@ -108,31 +109,67 @@ def test_one_softmax_per_step_of_nn_train(exps_computed, compiled):
 
 
 @pytest.mark.parametrize("labels", ["indices", "probabilities"])
-def test_the_gradient_leaves_the_exps_as_they_were(labels):
-    """The gradient op reads the exps node's value and writes a new array: a second
+def test_the_gradient_leaves_the_softmax_as_it_was(labels):
+    """The gradient op reads the softmax node's value and writes a new array: a second
     ``gradients`` call (the cache off: the op runs again) gives the same gradient."""
     rng = np.random.default_rng(4)
     logits = ad.tensor(rng.normal(size=(5, 4)))
     targets = LABELS if labels == "indices" else np_softmax(rng.normal(size=(5, 4)))
     loss = ad.softmax_cross_entropy(logits, targets)
-    exps = loss.inputs[2]
-    before = exps.value.copy()
+    probs = loss.inputs[2]
+    before = probs.value.copy()
     with ad.gradient_cache.disabled():
         first, second = (ad.gradients(loss, [logits])[0].value for _ in range(2))
-    np.testing.assert_array_equal(exps.value, before)
+    np.testing.assert_array_equal(probs.value, before)
     np.testing.assert_array_equal(first, second)
-    assert not np.shares_memory(first, exps.value)
+    assert not np.shares_memory(first, probs.value)
 
 
-def test_the_shift_is_a_whole_number_so_the_exps_differentiate_as_exp():
-    """E = exp(Z - C), C a whole number near the max: piecewise constant, so dE/dZ = E,
-    also where the max itself moves (its own element), as finite differences see."""
-    z = np.array([[0.3, 2.6, -1.2], [1.1, 0.4, 2.2]])
-    exps = losses.softmax_exps(ad.tensor(z))
-    np.testing.assert_allclose(exps.value, np.exp(z - 2.0), rtol=1e-15)  # floor(2.6)
-    ad.check_grads(losses.softmax_exps, [z], order=2)
-    far = z.copy()
-    far[1] -= 1000  # far below the batch's max: each row its own shift
-    np.testing.assert_allclose(
-        losses.softmax_exps(ad.tensor(far)).value, np.exp(far - [[2.0], [-998.0]]), rtol=1e-15
-    )
+def exact_logsumexp(z):
+    top = z.max(axis=1, keepdims=True)
+    return (np.log(np.exp(z - top).sum(axis=1, keepdims=True)) + top)[:, 0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "case", ["moderate", "column 0 far below its row", "rows far apart", "huge", "one class"]
+)
+def test_the_loss_reads_each_rows_logsumexp_off_the_softmax(case, dtype):
+    """lse = z[k] - log(softmax(z)[k]): read at column 0 when every row's probability
+    there is clear of underflow, else at each row's likeliest class; either way the
+    log-sum-exp as computed from the logits, also where column 0's probability is 0."""
+    rng = np.random.default_rng(5)
+    z = rng.normal(scale=3, size=(6, 5))
+    if case == "column 0 far below its row":
+        z[2, 0] -= 2000
+    elif case == "rows far apart":
+        z[1] -= 1500
+        z[4] += 900
+    elif case == "huge":
+        z *= 1e4
+    elif case == "one class":
+        z = z[:, :1]
+    z = z.astype(dtype)
+    probs = reductions.softmax_rows(z)
+    np.testing.assert_allclose(probs.sum(axis=1), 1, rtol=4 * np.finfo(dtype).eps)
+    lse = losses.row_logsumexp(z, probs)
+    assert lse.dtype == dtype
+    expected = exact_logsumexp(z.astype(np.float64))
+    # Within a few roundings of the largest number involved (the logits: 30,000 "huge").
+    bound = 8 * float(np.finfo(dtype).eps) * np.maximum(np.abs(z).max(axis=1), 1)
+    error = np.abs(lse - expected)
+    assert (error <= bound).all(), f"{case}: got {lse}, expected {expected}"
+
+
+def test_the_softmax_of_rows_far_apart_matches_numpy():
+    """The quick softmax shifts the whole batch by one max unless a value lies so far
+    below it that its exp would lose bits; then each row by its own (as NumPy's does)."""
+    rng = np.random.default_rng(6)
+    for shift in (0.0, 30.0, 400.0, 5000.0):
+        z = rng.normal(size=(4, 7))
+        z[1] -= shift
+        for dtype, rtol in ((np.float64, 1e-13), (np.float32, 2e-5)):
+            rounded = z.astype(dtype)
+            got = ad.softmax(ad.tensor(rounded)).value
+            assert got.dtype == dtype
+            np.testing.assert_allclose(got, np_softmax(rounded.astype(np.float64)), rtol=rtol)

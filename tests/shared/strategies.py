@@ -343,39 +343,22 @@ def cross_entropy_gradients(draw):
     logits, indices, probs = draw(logits_and_labels())
     loss_grad = draw(arrays((), floats(0.2, 2.0)))
     gradient = ad.ops.losses.softmax_cross_entropy_gradient
-    # Handed the exponentials of these logits (the loss's node), the op reads them;
-    # else it computes its own.
+    # Handed the softmax of these logits (the loss's node), the op reads it; else it
+    # computes its own.
     handed = draw(st.booleans())
-    exps = ad.ops.losses.softmax_exps if handed else (lambda z: None)
+    softmax_of = ad.softmax if handed else (lambda z: None)
     if draw(st.booleans()):  # class indices: differentiate the logits and dL
         one_hot = np.eye(logits.shape[-1])[indices]
         return Case(
-            lambda z, g: gradient(z, indices, g, exps(z)),
+            lambda z, g: gradient(z, indices, g, softmax_of(z)),
             [logits, loss_grad],
             lambda z, g: np_cross_entropy_gradient(z, one_hot, g),
         )
     return Case(
-        lambda z, p, g: gradient(z, p, g, exps(z)),
+        lambda z, p, g: gradient(z, p, g, softmax_of(z)),
         [logits, probs, loss_grad],
         np_cross_entropy_gradient,
     )
-
-
-def np_softmax_exps(logits):
-    """exp(Z - C), C the batch's max rounded down (the drawn logits spread too little
-    for each row to get its own: tests/ops/test_losses.py looks there)."""
-    return np.exp(logits - np.floor(logits.max()))
-
-
-@st.composite
-def softmax_exps_cases(draw):
-    """Logits on a grid of quarters plus an eighth: no max lies within a finite-difference
-    step of a whole number, where the shift C jumps."""
-    rows_shape = draw(hnp.array_shapes(min_dims=0, max_dims=2, min_side=1, max_side=3))
-    classes = draw(st.integers(2, 4))
-    grid = st.integers(-12, 11).map(lambda k: k / 4 + 0.125)
-    logits = draw(hnp.arrays(np.float64, rows_shape + (classes,), elements=grid))
-    return Case(ad.ops.losses.softmax_exps, [logits], np_softmax_exps)
 
 
 @st.composite
@@ -513,7 +496,6 @@ OP_CASES = {
     "one_hot": one_hots(),
     "softmax_cross_entropy": cross_entropies(),
     "softmax_cross_entropy_gradient": cross_entropy_gradients(),
-    "softmax_exps": softmax_exps_cases(),
     "fused": fused_ops(),
     # more elementwise ops
     "abs": unary(ad.abs, np.abs, away_from_zero()),
