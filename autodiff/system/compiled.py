@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.backend import is_weak_scalar, numbers
+from ..core.graph import Node
+from .memory import OVERWRITES, overwritten
 from .slots import Step
 
 # What an op raises on inputs it cannot take (NumPy's and ours). The compiled function
@@ -35,13 +37,24 @@ def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[s
     """
     lines = ["def run(values):"]
     names: dict[str, Any] = {}
+    slot = {node: i for i, (node, _, _) in enumerate(steps)}
+    readers: dict[int, list[Node]] = {}
+    for node, input_slots, _ in steps:
+        for j in input_slots:
+            readers.setdefault(j, []).append(node)
     for i, (node, input_slots, frees) in enumerate(steps):
         if node.op.is_leaf:
             lines.append(f"    v{i} = values[{i}]")
-        else:
+            continue
+        args = ", ".join(f"v{j}" for j in input_slots)
+        dying = lambda x, frees=frees: x in slot and slot[x] in frees  # noqa: E731
+        over = overwritten(node, dying, lambda x: readers[slot[x]])
+        if over is None:
             names[f"f{i}"] = kernel(node)
-            args = ", ".join(f"v{j}" for j in input_slots)
             lines.append(f"    v{i} = f{i}({args})  # {node.op.name}")
+        else:  # its result takes the place of an input that dies here (memory.OVERWRITES)
+            names[f"f{i}"] = functools.partial(OVERWRITES[node.op.name].into, **node.attrs)
+            lines.append(f"    v{i} = f{i}(v{slot[over]}, {args})  # {node.op.name}, over it")
         if frees:
             lines.append(f"    del {', '.join(f'v{j}' for j in frees)}")
     lines.append(f"    return [{', '.join(f'v{i}' for i in result_slots)}]")

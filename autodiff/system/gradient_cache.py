@@ -40,6 +40,7 @@ import numpy as np
 from ..core import backend
 from ..core.graph import Node, find_topo_sort, new_serial
 from .compiled import kernel
+from .memory import OVERWRITES, overwritten
 
 MAX_PROGRAMS = 64  # structures kept, least recently used first out
 _programs: OrderedDict[StructureKey, GradientProgram] = OrderedDict()
@@ -168,12 +169,28 @@ class GradientProgram:
         self._uses = [(i, uses[inputs[i]]) for at in self._release.values() for i in at]
         ref: dict[Node, str] = {node: f"forward[{i}]" for node, i in position.items()}
         self._lines: list[tuple[int, str]] = []  # (step, line)
+        # Lines that, when their step lets go of a forward value, write over it instead
+        # (memory.OVERWRITES): by their index in _lines, the line that does.
+        self._over: dict[int, str] = {}
+        released = set(releasable).difference(results)
+        readers: dict[Node, list[Node]] = {}
+        for node in [*inputs, *steps]:
+            for x in node.inputs:
+                readers.setdefault(x, []).append(node)
         for i, node in enumerate(steps):
             if node.op.is_leaf:  # a constant the rules made (a number): part of the program
                 self._names[f"c{i}"], ref[node] = node.value, f"c{i}"
                 continue
             self._names[f"f{i}"] = kernel(node)
             args = ", ".join(ref[x] for x in node.inputs)
+            dying = lambda x, i=i: x in released and last_use[x] == i  # noqa: E731
+            over = overwritten(node, dying, readers.__getitem__)
+            if over is not None:
+                self._names[f"o{i}"] = partial(OVERWRITES[node.op.name].into, **node.attrs)
+                self._over[len(self._lines)] = (
+                    f"v{i} = o{i}({ref[over]}, {args}) if {position[over]} in let_go "
+                    f"else f{i}({args})  # {node.op.name}, over {ref[over]} if let go"
+                )
             self._lines.append((i, f"v{i} = f{i}({args})  # {node.op.name}"))
             ref[node] = f"v{i}"
             done = [  # values no later line reads, and not results: freed now
@@ -191,12 +208,12 @@ class GradientProgram:
 
     def _text(self, releasing: bool) -> str:
         lines, step = [f"def run(forward{', nodes, let_go' if releasing else ''}):"], -1
-        for at, line in self._lines:
+        for k, (at, line) in enumerate(self._lines):
             while releasing and step < at:  # the lines of a step are done: let go
                 for j in self._release.get(step, ()):
                     lines.append(f"    if {j} in let_go: forward[{j}] = nodes[{j}].value = None")
                 step += 1
-            lines.append(f"    {line}")
+            lines.append(f"    {self._over.get(k, line) if releasing else line}")
         return "\n".join(lines) + "\n"
 
     def _compile(self, source: str) -> Callable:

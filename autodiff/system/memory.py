@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 from ..core import backend
@@ -38,6 +39,7 @@ from ..core.graph import Node, Op, Spec, find_topo_sort, spec_of
 from ..core.schedule import resolve_feeds
 from ..ops.elementwise import Elementwise
 from ..ops.linalg import MatMul
+from ..ops.losses import logits_gradient
 
 Interval = tuple[int, int]  # (first step, last step), both included
 
@@ -182,6 +184,51 @@ WRITERS: dict[str, Callable] = {
 def writer(op: Op) -> Callable | None:
     """How ``op`` writes its result into a given array (``WRITERS``), or None."""
     return WRITERS.get(op.name)
+
+
+@dataclass(frozen=True)
+class Overwrite:
+    """An op that may write its result over its input ``index`` at the step where that
+    value dies: when an op named ``made_by`` made the value (a new array each time) and
+    every op that reads it is one of ``readers`` (none of which makes a view of it).
+    ``into(out, *inputs)`` computes the result into ``out``."""
+
+    index: int
+    made_by: str
+    readers: frozenset[str]
+    into: Callable
+
+
+# Coarse ops whose result may take the place of an input nothing needs after them, by
+# op name. Compiled code (compiled.py, gradient_cache.py) writes over such an input where
+# it knows it dies (``overwritten``), as PyTorch's backward overwrites what only it holds.
+OVERWRITES = MappingProxyType(
+    {
+        "softmax_cross_entropy_gradient": Overwrite(  # over the softmax the loss read too
+            3,
+            "softmax",
+            frozenset({"softmax_cross_entropy", "softmax_cross_entropy_gradient"}),
+            lambda out, z, labels, d_loss, probs: logits_gradient(z, labels, d_loss, probs, out),
+        )
+    }
+)
+
+
+def overwritten(
+    node: Node, dying: Callable[[Node], bool], readers: Callable[[Node], Iterable[Node]]
+) -> Node | None:
+    """The input ``node`` may write its result over (``OVERWRITES``), or None: one that
+    ``dying(input)`` says no later step reads and nothing else holds, and that
+    ``readers(input)`` (every node of the program that reads it) allows."""
+    rule = OVERWRITES.get(node.op.name)
+    if rule is None or len(node.inputs) <= rule.index:
+        return None
+    value = node.inputs[rule.index]
+    if value.op.name != rule.made_by or not dying(value):
+        return None
+    if any(backend.is_weak_scalar(x.value) for x in node.inputs):
+        return None  # (a number input: compiled code converts it, see compiled.kernel)
+    return value if all(r.op.name in rule.readers for r in readers(value)) else None
 
 
 def overwrites_inputs(op: Op) -> bool:
