@@ -173,3 +173,20 @@ def test_the_softmax_of_rows_far_apart_matches_numpy():
             got = ad.softmax(ad.tensor(rounded)).value
             assert got.dtype == dtype
             np.testing.assert_allclose(got, np_softmax(rounded.astype(np.float64)), rtol=rtol)
+
+
+@pytest.mark.parametrize("rows", ["one-hot", "one-hot and a masked row", "soft"])
+def test_the_gradient_of_probability_labels_against_numpy(rows):
+    """Rows that sum to exactly 1 take the short way (softmax - labels); the others
+    scale the softmax by each row's mass first: both give (softmax * mass - labels) / rows."""
+    rng = np.random.default_rng(7)
+    z = rng.normal(size=(5, 4))
+    labels = np.eye(4)[LABELS]
+    if rows == "one-hot and a masked row":
+        labels[2] = 0
+    elif rows == "soft":
+        labels = np_softmax(rng.normal(size=(5, 4))) * 0.9
+    logits = ad.tensor(z)
+    (grad,) = ad.gradients(ad.softmax_cross_entropy(logits, labels), [logits])
+    expected = (np_softmax(z) * labels.sum(axis=1, keepdims=True) - labels) / len(z)
+    np.testing.assert_allclose(grad.value, expected, rtol=1e-12, atol=1e-16)
