@@ -44,7 +44,7 @@ def check_labels(labels, logits):
             )
         if not labels.size:
             return None
-        unsigned = labels.view(labels.dtype.str.replace("i", "u"))  # negatives: huge
+        unsigned = labels.view(labels.dtype.char.upper())  # (int64 as uint64: negatives huge)
         if device_of(labels) == "gpu":
             failed = (unsigned >= classes).any()
             check_on_device(failed, index_error(classes, GPU_FOUND))
@@ -88,9 +88,8 @@ def at_labels(labels, failed, z):
 
 
 def rows_of(x):
-    """``x`` as a C-ordered 2-D array of rows, its last axis the classes (a view when it
-    can be), so that ``reshape(-1)`` of it, or of arrays made from it, is a view too."""
-    return namespace(x).ascontiguousarray(x.reshape(-1, x.shape[-1]))
+    """``x`` as a 2-D array of rows, its last axis the classes (a view when it can be)."""
+    return x.reshape(-1, x.shape[-1])
 
 
 # Per float dtype: the smallest probability whose log keeps every bit of the
@@ -170,8 +169,8 @@ class SoftmaxCrossEntropy(Op):
         failed = check_labels(labels, logits)
         if logits.size == 0:
             return self.compute_empty(logits, labels)
-        z, xp = rows_of(logits), namespace(logits)
-        lse = row_logsumexp(z, rows_of(probs))
+        z, probs, xp = rows_of(logits), rows_of(probs), namespace(logits)
+        lse = row_logsumexp(z, probs)
         if labels.dtype.kind in "iu":  # -log_softmax at each row's class: lse - z[class]
             picked = z.reshape(-1)[at_labels(labels, failed, z)]
             loss = (lse - picked).sum() / len(z)
@@ -262,8 +261,9 @@ def logits_gradient(logits, labels, output_grad, probs=None, out=None):
     xp = namespace(logits)
     if logits.size == 0:
         return xp.zeros_like(logits)
-    probs = softmax_rows(rows_of(logits)) if probs is None else rows_of(probs)
-    out = None if out is None else rows_of(out)
+    # C-ordered, so that grad.reshape(-1) below is a view of grad, and writes into it.
+    probs = xp.ascontiguousarray(softmax_rows(rows_of(logits)) if probs is None else rows_of(probs))
+    out = None if out is None else xp.ascontiguousarray(rows_of(out))
     scale = output_grad / len(probs)  # dL / rows
     if labels.dtype.kind in "iu":  # softmax, minus 1 at each row's class; times scale
         scale = xp.asarray(scale, dtype=probs.dtype)

@@ -180,8 +180,8 @@ def _ones(length: int, dtype) -> np.ndarray:
 
 
 def softmax_rows(z):
-    """The softmax of each row of ``z`` (rows, classes; C-ordered, not empty): one new
-    array, exponentiated and normalised in place."""
+    """The softmax of each row of ``z`` (rows, classes; not empty): one new array,
+    exponentiated and normalised in place."""
     e = z - row_shift(z)
     namespace(z).exp(e, out=e)
     e /= row_sums(e)[:, None]
@@ -197,8 +197,7 @@ class Softmax(Op):
         if x.size == 0:  # nothing to normalise (and max() of nothing is an error)
             return xp.zeros_like(x)
         if x.ndim and axis in (-1, x.ndim - 1):  # rows of classes, the common case: made quick
-            rows = xp.ascontiguousarray(x.reshape(-1, x.shape[-1]))
-            return softmax_rows(rows).reshape(x.shape)
+            return softmax_rows(x.reshape(-1, x.shape[-1])).reshape(x.shape)
         e = xp.exp(x - x.max(axis=axis, keepdims=True))
         return e / e.sum(axis=axis, keepdims=True)
 
