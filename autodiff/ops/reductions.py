@@ -184,7 +184,7 @@ def softmax_rows(z):
     exponentiated and normalised in place."""
     e = z - row_shift(z)
     namespace(z).exp(e, out=e)
-    e /= row_sums(e)[:, None]
+    e *= (1 / row_sums(e))[:, None]  # (a product: NumPy divides by a column twice as slowly)
     return e
 
 
