@@ -82,9 +82,8 @@ def at_labels(labels, failed, z):
     out, and an error is raised at the next read."""
     rows, classes = z.shape
     labels = labels if failed is None else labels % classes
-    flat = namespace(z).arange(0, rows * classes, classes)
-    flat += labels.reshape(-1).astype(flat.dtype, copy=False)
-    return flat
+    xp = namespace(z)
+    return xp.add(xp.arange(0, rows * classes, classes), labels.reshape(-1), dtype="int64")
 
 
 def rows_of(x):
@@ -266,8 +265,7 @@ def logits_gradient(logits, labels, output_grad, probs=None, out=None):
     out = None if out is None else xp.ascontiguousarray(rows_of(out))
     scale = output_grad / len(probs)  # dL / rows
     if labels.dtype.kind in "iu":  # softmax, minus 1 at each row's class; times scale
-        scale = xp.asarray(scale, dtype=probs.dtype)
-        grad = xp.multiply(probs, scale, out=out)
+        grad = xp.multiply(probs, scale, out=out, dtype=probs.dtype)
         grad.reshape(-1)[at_labels(labels, failed, grad)] -= scale
         grad = grad if failed is None else xp.where(failed, xp.nan, grad)
     else:
