@@ -104,8 +104,7 @@ def row_logsumexp(z, probs):
     xp, first = namespace(z), probs[:, 0]
     if device_of(z) == "cpu" and first.min() >= _CLEAR.get(probs.dtype.char, 1):
         return z[:, 0] - xp.log(first)
-    at = xp.arange(0, probs.size, probs.shape[1])
-    at += probs.argmax(axis=1)
+    at = at_labels(probs.argmax(axis=1), None, probs)
     return z.reshape(-1)[at] - xp.log(probs.reshape(-1)[at])
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.backend import is_weak_scalar, numbers
 from ..core.graph import Node
-from .memory import OVERWRITES, overwritten
+from .memory import overwriting_kernel, overwritten
 from .slots import Step
 
 # What an op raises on inputs it cannot take (NumPy's and ours). The compiled function
@@ -53,7 +53,7 @@ def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[s
             names[f"f{i}"] = kernel(node)
             lines.append(f"    v{i} = f{i}({args})  # {node.op.name}")
         else:  # its result takes the place of an input that dies here (memory.OVERWRITES)
-            names[f"f{i}"] = functools.partial(OVERWRITES[node.op.name].into, **node.attrs)
+            names[f"f{i}"] = overwriting_kernel(node)
             lines.append(f"    v{i} = f{i}(v{slot[over]}, {args})  # {node.op.name}, over it")
         if frees:
             lines.append(f"    del {', '.join(f'v{j}' for j in frees)}")

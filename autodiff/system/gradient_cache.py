@@ -40,7 +40,7 @@ import numpy as np
 from ..core import backend
 from ..core.graph import Node, find_topo_sort, new_serial
 from .compiled import kernel
-from .memory import OVERWRITES, overwritten
+from .memory import overwriting_kernel, overwritten
 
 MAX_PROGRAMS = 64  # structures kept, least recently used first out
 _programs: OrderedDict[StructureKey, GradientProgram] = OrderedDict()
@@ -186,7 +186,7 @@ class GradientProgram:
             dying = lambda x, i=i: x in released and last_use[x] == i  # noqa: E731
             over = overwritten(node, dying, readers.__getitem__)
             if over is not None:
-                self._names[f"o{i}"] = partial(OVERWRITES[node.op.name].into, **node.attrs)
+                self._names[f"o{i}"] = overwriting_kernel(node)
                 self._over[len(self._lines)] = (
                     f"v{i} = o{i}({ref[over]}, {args}) if {position[over]} in let_go "
                     f"else f{i}({args})  # {node.op.name}, over {ref[over]} if let go"

@@ -231,6 +231,12 @@ def overwritten(
     return value if all(r.op.name in rule.readers for r in readers(value)) else None
 
 
+def overwriting_kernel(node: Node) -> Callable:
+    """What compiled code calls for ``node`` where ``overwritten`` allowed it:
+    ``into(out, *inputs)`` with the node's settings bound."""
+    return partial(OVERWRITES[node.op.name].into, **node.attrs)
+
+
 def overwrites_inputs(op: Op) -> bool:
     """Whether ``op``'s output may overwrite an input of its shape: an elementwise op's
     output element i needs element i of each input only (once read, it may go)."""
