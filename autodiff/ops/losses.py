@@ -155,9 +155,10 @@ class SoftmaxCrossEntropy(Op):
 
     Labels are class indices (shape Z.shape[:-1], never differentiated; then S = 1) or
     probabilities (Z's shape), whose rows need not sum to 1: a masked row of zeros adds
-    nothing to the loss and gets no gradient. The third input, Y = softmax(Z), gives
-    each row's log-sum-exp (``row_logsumexp``); log_softmax(Z) = Z - lse. (Y gets no
-    gradient: dZ above is the whole derivative by Z, through Y too.)
+    nothing to the loss and gets no gradient. The third input is Y = softmax(Z): for
+    class indices L = -mean(log(Y[class])) (while no such Y is rounded away), else each
+    row's log-sum-exp is read off Y (``row_logsumexp``) and log_softmax(Z) = Z - lse.
+    (Y gets no gradient: dZ above is the whole derivative by Z, through Y too.)
     """
 
     name = "softmax_cross_entropy"
@@ -168,11 +169,15 @@ class SoftmaxCrossEntropy(Op):
         if logits.size == 0:
             return self.compute_empty(logits, labels)
         z, probs, xp = rows_of(logits), rows_of(probs), namespace(logits)
-        lse = row_logsumexp(z, probs)
-        if labels.dtype.kind in "iu":  # -log_softmax at each row's class: lse - z[class]
-            picked = z.reshape(-1)[at_labels(labels, failed, z)]
-            loss = (lse - picked).sum() / len(z)
+        if labels.dtype.kind in "iu":  # -log(softmax) at each row's class
+            at = at_labels(labels, failed, z)
+            picked = probs.reshape(-1)[at]
+            if device_of(z) == "cpu" and picked.min() >= _CLEAR.get(probs.dtype.char, 1):
+                loss = -xp.log(picked).sum() / len(z)
+            else:  # a probability rounded away: lse - z[class] keeps every bit
+                loss = (row_logsumexp(z, probs) - z.reshape(-1)[at]).sum() / len(z)
             return loss if failed is None else xp.where(failed, xp.nan, loss)
+        lse = row_logsumexp(z, probs)
         # sum(P * (lse - z)) row by row, in the dtype they meet in (no log_softmax).
         p = rows_of(labels).astype(xp.result_type(labels, z), copy=False)
         return (row_sums(p) * lse - xp.einsum("ij,ij->i", p, z)).sum() / len(z)

@@ -175,6 +175,51 @@ def test_the_softmax_of_rows_far_apart_matches_numpy():
             np.testing.assert_allclose(got, np_softmax(rounded.astype(np.float64)), rtol=rtol)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("classes", [3, 10, 1000])
+def test_the_softmax_unshifted_or_shifted_matches_numpy(classes, dtype):
+    """Logits so small that every exp and every row's sum keep their bits take the
+    textbook exp(z) / sum(exp(z)), unshifted; just past that bound (which shrinks with
+    the number of classes: a float16 row of 1000 classes is always shifted) they are
+    shifted. Either way: NumPy's softmax, no overflow, rows that sum to 1."""
+    bound = reductions._SPREAD[np.dtype(dtype).char] - np.log(classes)
+    rng = np.random.default_rng(classes)
+    rtol = {np.float16: 4e-3, np.float32: 2e-5, np.float64: 1e-12}[dtype]
+    for top in (0.5, 0.99 * bound, 1.01 * bound, 3 * bound, 80.0):
+        z = rng.uniform(-1, 1, size=(6, classes))
+        z[0], z[1, ::2] = 1, -1  # a row all at the top: its sum is the largest there is
+        z = (z / np.abs(z).max() * abs(top)).astype(dtype)
+        got = reductions.softmax_rows(z)
+        assert got.dtype == dtype and np.isfinite(got).all(), f"{top}: {got}"
+        expected = np_softmax(z.astype(np.float64))
+        # (a probability under the dtype's smallest normal number has fewer bits: float16's)
+        atol = float(np.finfo(dtype).tiny)
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, err_msg=f"max |z| {top}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["moderate", "confident", "label far below its row"])
+def test_the_loss_of_class_indices_against_the_exact_value(case, dtype):
+    """The loss is -log(softmax) at each row's class, while no such probability is
+    rounded away; else lse - z[class], read off the softmax: either way the exact
+    value (from the logits, in float64) to float's rounding."""
+    rng = np.random.default_rng(7)
+    z, labels = rng.normal(scale=2, size=(8, 6)), rng.integers(0, 6, 8)
+    rows = np.arange(8)
+    if case == "confident":
+        z[rows, labels] += 17  # each row's loss near 4e-7
+    elif case == "label far below its row":
+        z[3, labels[3]] -= 2000  # probability 0 in either dtype: a loss of about 2000
+    z = z.astype(dtype)
+    got = ad.softmax_cross_entropy(ad.tensor(z), labels).value
+    exact = z.astype(np.float64)
+    expected = np.mean(exact_logsumexp(exact) - exact[rows, labels])
+    assert got.dtype == dtype and np.isfinite(got)
+    # A few roundings of each row's largest number (the logits, or 1: the probabilities).
+    bound = 8 * float(np.finfo(dtype).eps) * np.maximum(np.abs(exact).max(axis=1), 1).mean()
+    assert abs(got - expected) <= bound, f"{case}: got {got}, expected {expected}"
+
+
 @pytest.mark.parametrize("rows", ["one-hot", "one-hot and a masked row", "soft"])
 def test_the_gradient_of_probability_labels_against_numpy(rows):
     """Rows that sum to exactly 1 take the short way (softmax - labels); the others

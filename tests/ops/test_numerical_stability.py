@@ -119,7 +119,8 @@ def test_cross_entropy_rows_far_below_the_batch_max_get_their_own_shift(labels, 
 
 def test_cross_entropy_of_one_hot_probabilities_is_as_accurate_as_of_indices():
     # A small loss next to large logits: summing P * (lse - z) as two batch totals would
-    # cancel away most of it (11% off in float32); row by row, both label kinds agree.
+    # cancel away most of it (11% off in float32); row by row, both label kinds keep it
+    # (each to about 4e-4 of the exact value, 9e-9 in all: float32's rounding).
     rng = np.random.default_rng(0)
     logits = (rng.normal(size=(1024, 10)) * 2).astype(np.float32)
     indices = rng.integers(0, 10, 1024)
@@ -129,5 +130,5 @@ def test_cross_entropy_of_one_hot_probabilities_is_as_accurate_as_of_indices():
     by_probability = float(ad.softmax_cross_entropy(ad.tensor(logits), one_hot).value)
     z = logits.astype(np.float64)
     expected = float(np.mean(np.log(np.exp(z - z[np.arange(1024), indices, None]).sum(-1))))
-    assert by_probability == pytest.approx(by_index, rel=1e-6)
-    assert by_probability == pytest.approx(expected, rel=0.02)
+    assert by_index == pytest.approx(expected, rel=2e-3)
+    assert by_probability == pytest.approx(expected, rel=2e-3)
