@@ -288,19 +288,20 @@ class Op:
             if x.value is None:
                 return node  # symbolic: computed later by an Executor
             input_vals.append(x.value)
-        node.value = compute(node, input_vals)
+        node.value = node.op.run(input_vals, attrs, inputs=inputs)
         return node
 
-    def run(self, input_vals: Sequence[Any], attrs: dict, compute: Any = None) -> Any:
+    def run(self, input_vals: Sequence[Any], attrs: dict, compute: Any = None, inputs=()) -> Any:
         """``compute`` with the checks that turn NumPy errors into readable ones.
 
         ``compute``, if given, computes instead of the op's own (the system layer writes
-        results into planned buffers this way).
+        results into planned buffers this way). ``inputs``, the input nodes where the
+        caller knows them, make the advice for a non-float input fit the node at hand.
         """
         if self.differentiable:  # floating-point inputs only (a Python number is one)
             for value in input_vals:
                 if getattr(value, "dtype", _FLOAT64).kind not in "fc":
-                    self.check_dtypes(input_vals)  # raises, unless it may have any dtype
+                    self.check_dtypes(input_vals, inputs)  # raises, unless it may have any dtype
         if not self.takes_numbers:  # a Python number reaches it as a 0-d array
             for value in input_vals:
                 if type(value) in backend.NUMBER_TYPES:
@@ -382,15 +383,6 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<op {self.name}>"
-
-
-def compute(node: Node, input_vals: list) -> Any:
-    """``node``'s value, its op run on its inputs' values (an error names the op)."""
-    try:
-        return node.op.run(input_vals, node.attrs)
-    except DTypeError:
-        node.op.check_dtypes(input_vals, node.inputs)  # the same, with advice for the input
-        raise
 
 
 def _float_advice(node: Node | None, value: Any) -> str:

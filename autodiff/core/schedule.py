@@ -16,7 +16,7 @@ import numpy as np
 
 from . import backend
 from .errors import ShapeError
-from .graph import Constant, Node, Placeholder, compute, find_topo_sort
+from .graph import Constant, Node, Placeholder, find_topo_sort
 
 Step = tuple[Node, list[Node]]  # the node to compute, the values to free after it
 
@@ -57,7 +57,7 @@ def run_schedule(steps: Sequence[Step], values: dict[Node, Any]) -> dict[Node, A
 def value_of(node: Node, values: dict[Node, Any]) -> Any:
     """A node's value: a leaf's own, else its op computed on its inputs' ``values``."""
     if not node.op.is_leaf:
-        return compute(node, [values[x] for x in node.inputs])
+        return node.op.run([values[x] for x in node.inputs], node.attrs, inputs=node.inputs)
     if node.value is None:
         raise ValueError(
             f"Placeholder '{node.name}' has no value. Put it in the feed: "
