@@ -13,6 +13,7 @@ gradient reading the same node.
 
 from __future__ import annotations
 
+import functools
 from types import MappingProxyType
 
 import numpy as np
@@ -83,12 +84,22 @@ def at_labels(labels, failed, z):
     rows, classes = z.shape
     labels = labels if failed is None else labels % classes
     xp = namespace(z)
-    return xp.add(xp.arange(0, rows * classes, classes), labels.reshape(-1), dtype="int64")
+    starts = _row_starts(rows, classes) if xp is np else xp.arange(0, rows * classes, classes)
+    return xp.add(starts, labels.reshape(-1), dtype="int64")
+
+
+@functools.lru_cache(maxsize=64)
+def _row_starts(rows: int, classes: int) -> np.ndarray:
+    """Where each row of a (rows, classes) array starts in its flat view: 0, classes, ...
+    (kept: a training loop asks for the same every step). Read-only."""
+    starts = np.arange(0, rows * classes, classes)
+    starts.flags.writeable = False
+    return starts
 
 
 def rows_of(x):
     """``x`` as a 2-D array of rows, its last axis the classes (a view when it can be)."""
-    return x.reshape(-1, x.shape[-1])
+    return x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
 
 
 # Per float dtype: the smallest probability whose log keeps every bit of the
@@ -257,10 +268,13 @@ class SoftmaxCrossEntropyGradient(Op):
         return tangent
 
 
-def logits_gradient(logits, labels, output_grad, probs=None, out=None):
+def logits_gradient(logits, labels, output_grad, probs=None, out=None, checked=False):
     """``SoftmaxCrossEntropyGradient``'s value: a new array, or written into ``out`` (an
-    array of the logits' shape and dtype, which may be ``probs`` itself)."""
-    failed = check_labels(labels, logits)
+    array of the logits' shape and dtype, which may be ``probs`` itself). ``checked``:
+    the loss has checked these labels against these logits in the same run (compiled
+    code knows: system/compiled.py), so on the CPU they are not checked again (on the
+    GPU the check is the flag that makes a bad batch's gradient NaN)."""
+    failed = None if checked and device_of(labels) == "cpu" else check_labels(labels, logits)
     xp = namespace(logits)
     if logits.size == 0:
         return xp.zeros_like(logits)

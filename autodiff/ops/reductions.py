@@ -204,12 +204,13 @@ class Softmax(Op):
     Y' = Y * (X' - sum(X' * Y, axis))."""
 
     def compute(self, x, axis):
-        xp = namespace(x)
         if x.size == 0:  # nothing to normalise (and max() of nothing is an error)
-            return xp.zeros_like(x)
-        if x.ndim and axis in (-1, x.ndim - 1):  # rows of classes, the common case: made quick
+            return namespace(x).zeros_like(x)
+        if x.ndim == 2 and axis in (-1, 1):  # rows of classes, the common case: made quick
+            return softmax_rows(x)
+        if x.ndim and axis in (-1, x.ndim - 1):  # (as rows)
             return softmax_rows(x.reshape(-1, x.shape[-1])).reshape(x.shape)
-        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        e = namespace(x).exp(x - x.max(axis=axis, keepdims=True))
         return e / e.sum(axis=axis, keepdims=True)
 
     def infer(self, x, axis):

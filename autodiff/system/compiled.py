@@ -12,11 +12,14 @@ disappear, and what is left per op is the call of its ``compute``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from ..core.backend import is_weak_scalar, numbers
 from ..core.graph import Node
+from ..ops.losses import logits_gradient
 from .memory import overwriting_kernel, overwritten
 from .slots import Step
 
@@ -49,11 +52,13 @@ def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[s
         args = ", ".join(f"v{j}" for j in input_slots)
         dying = lambda x, frees=frees: x in slot and slot[x] in frees  # noqa: E731
         over = overwritten(node, dying, lambda x: readers[slot[x]])
+        earlier = lambda n, i=i: slot[n] < i  # noqa: E731
+        checked = checked_earlier(node, lambda x: readers[slot[x]], earlier)
         if over is None:
-            names[f"f{i}"] = kernel(node)
+            names[f"f{i}"] = trusting_kernel(node, False) if checked else kernel(node)
             lines.append(f"    v{i} = f{i}({args})  # {node.op.name}")
         else:  # its result takes the place of an input that dies here (memory.OVERWRITES)
-            names[f"f{i}"] = overwriting_kernel(node)
+            names[f"f{i}"] = trusting_kernel(node, True) if checked else overwriting_kernel(node)
             lines.append(f"    v{i} = f{i}(v{slot[over]}, {args})  # {node.op.name}, over it")
         if frees:
             lines.append(f"    del {', '.join(f'v{j}' for j in frees)}")
@@ -71,6 +76,55 @@ def kernel(node) -> Any:
     if node.op.takes_numbers or not any(is_weak_scalar(x.value) for x in node.inputs):
         return bound
     return lambda *values: bound(*numbers(values, as_arrays=True))
+
+
+@dataclass(frozen=True)
+class CheckedBy:
+    """An op whose checks of its first ``inputs`` inputs are those that the op named
+    ``op`` makes of the same nodes. ``trusting(out, *inputs)`` computes it without them
+    (``out``: None, or an input it may write over, as memory.OVERWRITES allows)."""
+
+    op: str
+    inputs: int
+    trusting: Callable
+
+
+# Where compiled code has run that op earlier in the same run (``checked_earlier``), its
+# checks stand: the loss has checked the labels, so its gradient need not check them again.
+CHECKED_BY = MappingProxyType(
+    {
+        "softmax_cross_entropy_gradient": CheckedBy(
+            "softmax_cross_entropy",
+            2,
+            lambda out, z, labels, d_loss, probs=None: logits_gradient(
+                z, labels, d_loss, probs, out, checked=True
+            ),
+        )
+    }
+)
+
+
+def checked_earlier(
+    node: Node, readers: Callable[[Node], Iterable[Node]], earlier: Callable[[Node], bool]
+) -> bool:
+    """Whether ``node``'s checks were made (``CHECKED_BY``): by a node that reads the same
+    inputs (``readers(input)``: every node of the program that reads it) and that runs
+    ``earlier`` in the run. Not with a number input (compiled code converts those)."""
+    rule = CHECKED_BY.get(node.op.name)
+    if rule is None or any(is_weak_scalar(x.value) for x in node.inputs):
+        return False
+    shared = node.inputs[: rule.inputs]
+    return any(
+        r.op.name == rule.op and r.inputs[: rule.inputs] == shared and earlier(r)
+        for r in readers(shared[-1])
+    )
+
+
+def trusting_kernel(node: Node, overwriting: bool) -> Callable:
+    """What compiled code calls for ``node`` where ``checked_earlier``: its ``trusting``
+    compute, writing over an input if ``overwriting`` (the input comes first)."""
+    trusting = CHECKED_BY[node.op.name].trusting
+    return trusting if overwriting else functools.partial(trusting, None)
 
 
 class StraightLine:

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.graph import Node, find_topo_sort, new_serial
-from .compiled import kernel
+from .compiled import checked_earlier, kernel, trusting_kernel
 from .memory import overwriting_kernel, overwritten
 
 MAX_PROGRAMS = 64  # structures kept, least recently used first out
@@ -181,12 +181,16 @@ class GradientProgram:
             if node.op.is_leaf:  # a constant the rules made (a number): part of the program
                 self._names[f"c{i}"], ref[node] = node.value, f"c{i}"
                 continue
-            self._names[f"f{i}"] = kernel(node)
+            # (A check a forward op made of the same inputs stands: compiled.CHECKED_BY.)
+            checked = checked_earlier(node, readers.__getitem__, position.__contains__)
+            self._names[f"f{i}"] = trusting_kernel(node, False) if checked else kernel(node)
             args = ", ".join(ref[x] for x in node.inputs)
             dying = lambda x, i=i: x in released and last_use[x] == i  # noqa: E731
             over = overwritten(node, dying, readers.__getitem__)
             if over is not None:
-                self._names[f"o{i}"] = overwriting_kernel(node)
+                self._names[f"o{i}"] = (
+                    trusting_kernel(node, True) if checked else overwriting_kernel(node)
+                )
                 self._over[len(self._lines)] = (
                     f"v{i} = o{i}({ref[over]}, {args}) if {position[over]} in let_go "
                     f"else f{i}({args})  # {node.op.name}, over {ref[over]} if let go"
