@@ -338,7 +338,7 @@ def softmax_cross_entropy(logits, labels, *, name: str | None = None) -> Node:
     >>> round(float(ad.softmax_cross_entropy(logits, [0, 1]).value), 4)
     0.1269
     """
-    logits = as_node(logits)  # (one node, read by both)
+    logits, labels = as_node(logits), as_node(labels)  # (logits: one node, read by both)
     return SoftmaxCrossEntropy.apply(logits, labels, softmax(logits), name=name)
 
 

@@ -185,16 +185,12 @@ def softmax_rows(z):
     exponentiated and normalised in place. On the CPU, logits so small that every exp
     and every row's sum lies between sqrt(tiny) and its inverse (no overflow, no lost
     bits) are not shifted at all: the textbook exp(z) / sum(exp(z)), a pass saved."""
-    xp = namespace(z)
-    if device_of(z) == "cpu":
-        e = abs(z)  # (a buffer for the exponentials too)
-        if e.max() <= _SPREAD.get(z.dtype.char, -1) - math.log(z.shape[1]):
-            return _normalised(xp.exp(z, out=e))
-    e = z - row_shift(z)
-    return _normalised(xp.exp(e, out=e))
-
-
-def _normalised(e):
+    xp, unshifted = namespace(z), _SPREAD.get(z.dtype.char, -1) - math.log(z.shape[1])
+    if device_of(z) == "cpu" and (e := abs(z)).max() <= unshifted:
+        xp.exp(z, out=e)  # (into the buffer abs(z) made)
+    else:
+        e = z - row_shift(z)
+        xp.exp(e, out=e)
     e *= (1 / row_sums(e))[:, None]  # (a product: NumPy divides by a column twice as slowly)
     return e
 
