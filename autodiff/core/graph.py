@@ -30,8 +30,7 @@ from .errors import AutodiffError, DeviceError, DTypeError
 # only what the results need. A context variable: each thread has its own.
 _building: ContextVar[list[Node] | None] = ContextVar("building", default=None)
 _FLOAT64 = backend.float_dtype("float64")  # the dtype check's default for Python numbers
-_serials = itertools.count()  # numbers nodes in creation order (see Node.serial)
-new_serial = _serials.__next__
+new_serial = itertools.count().__next__  # numbers nodes in creation order (see Node.serial)
 
 
 @contextmanager
@@ -450,8 +449,7 @@ def tensor(data, name: str | None = None, dtype=None, device: str | None = None)
     array([3., 6.], dtype=float32)
     """
     node = Node(TensorLeaf._instance, (), {}, name or "tensor")
-    device = backend.leaf_device(data, device)
-    node.value = backend.asarray(data, dtype=dtype, device=device, copy=True)
+    node.value = backend.asarray(data, dtype, backend.leaf_device(data, device), copy=True)
     return node
 
 
@@ -468,7 +466,9 @@ def constant(data, name: str | None = None, dtype=None, device: str | None = Non
 def as_node(x) -> Node:
     """``x`` itself if it is a Node, else a constant holding it (a NumPy scalar as the
     Python number it holds, so that it stays weak: see ``backend.numbers``)."""
-    return x if isinstance(x, Node) else constant(backend.numbers([x])[0])
+    if isinstance(x, Node):
+        return x
+    return constant(x if backend.is_weak_scalar(x) else backend.numbers([x])[0])
 
 
 # Running graphs --------------------------------------------------------------------------
