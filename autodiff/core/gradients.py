@@ -155,7 +155,7 @@ def check_nodes(function: str, output: Any, wrt: Any) -> list[Node]:
     for x in wrt:
         if not isinstance(x, Node):
             raise TypeError(f"{function}: wrt must hold Nodes, got {type(x).__name__}: {x!r}.")
-        if x.dtype is not None and not backend.is_floating(x.dtype):
+        if not backend.is_floating(x.dtype):  # (None: a symbolic node of no known dtype)
             raise DTypeError(
                 f"{function}: cannot differentiate with respect to '{x.name}' of dtype "
                 f"{x.dtype}: only floating-point values have derivatives."

@@ -32,7 +32,6 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -115,6 +114,7 @@ def structure_key(inputs: Sequence[Node], wrt: Sequence[Node]) -> tuple | None:
     it holds a symbolic node. (A setting that cannot be hashed, such as an index array,
     makes the key unhashable: such graphs are not cached.)"""
     position = {node: i for i, node in enumerate(inputs)}
+    at = position.__getitem__
     parts: list[tuple] = []
     for node in inputs:
         value: Any = node.value
@@ -131,7 +131,7 @@ def structure_key(inputs: Sequence[Node], wrt: Sequence[Node]) -> tuple | None:
         else:
             value_key = (kind, getattr(value, "shape", None), getattr(value, "dtype", None))
         attrs = tuple(node.attrs.items()) if node.attrs else ()
-        wiring = tuple(map(position.__getitem__, node.inputs))
+        wiring = tuple(map(at, node.inputs)) if node.inputs else ()  # (by position)
         parts.append((node.op, node.name, attrs, wiring, value_key))
     parts.append(tuple([position[x] for x in wrt]))
     return tuple(parts)
@@ -355,11 +355,11 @@ def cached_gradients(
         return build(inputs, release)
     if program is not None:
         forward = [node.value for node in inputs]
-        run = program.run
-        if not retain_graph:
-            run = partial(program.run_releasing, nodes=inputs, let_go=set(let_go))
         try:
-            values = run(forward)
+            if retain_graph:
+                values = program.run(forward)
+            else:
+                values = program.run_releasing(forward, inputs, set(let_go))
         except Exception:  # noqa: BLE001 (an op refused: the checked build says how)
             values = None
         if values is not None:
