@@ -288,11 +288,11 @@ def logits_gradient(logits, labels, output_grad, probs=None, out=None, checked=F
         grad = grad if failed is None else xp.where(failed, xp.nan, grad)
     else:
         p = rows_of(labels.astype(logits.dtype, copy=False))
-        mass = row_sums(p)
+        mass = row_sums(p, keepdims=True)
         if device_of(p) == "cpu" and (mass == 1).all():  # (one-hot rows: a pass saved)
             grad = xp.subtract(probs, p, out=out)
         else:
-            grad = xp.multiply(probs, mass[:, None], out=out)
+            grad = xp.multiply(probs, mass, out=out)
             grad -= p
         grad *= scale
     return grad.reshape(logits.shape)
