@@ -107,13 +107,19 @@ def rows_of(x):
 _CLEAR = MappingProxyType({t: float(np.sqrt(np.finfo(t).tiny)) for t in "efdg"})
 
 
+def clear(p) -> bool:
+    """Whether every probability in ``p`` keeps the bits of its log (at least ``_CLEAR``);
+    asked on the CPU only (on the GPU the answer would wait for the device: False)."""
+    return device_of(p) == "cpu" and p.min() >= _CLEAR.get(p.dtype.char, 1)
+
+
 def row_logsumexp(z, probs):
     """Each row's log-sum-exp, read off its softmax: ``probs = exp(z - lse)``, so
     ``lse = z[k] - log(probs[k])`` at any class k whose probability is not rounded
     away. Column 0 where every row's is clear of that (checked on the CPU: the usual
     case), else each row's likeliest class (NumPy's argmax of short rows is slow)."""
     xp, first = namespace(z), probs[:, 0]
-    if device_of(z) == "cpu" and first.min() >= _CLEAR.get(probs.dtype.char, 1):
+    if clear(first):
         return z[:, 0] - xp.log(first)
     at = at_labels(probs.argmax(axis=1), None, probs)
     return z.reshape(-1)[at] - xp.log(probs.reshape(-1)[at])
@@ -183,7 +189,7 @@ class SoftmaxCrossEntropy(Op):
         if labels.dtype.kind in "iu":  # -log(softmax) at each row's class
             at = at_labels(labels, failed, z)
             picked = probs.reshape(-1)[at]
-            if device_of(z) == "cpu" and picked.min() >= _CLEAR.get(probs.dtype.char, 1):
+            if clear(picked):
                 loss = -xp.log(picked).sum() / len(z)
             else:  # a probability rounded away: lse - z[class] keeps every bit
                 loss = (row_logsumexp(z, probs) - z.reshape(-1)[at]).sum() / len(z)

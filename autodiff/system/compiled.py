@@ -45,15 +45,16 @@ def straight_line(steps: Sequence[Step], result_slots: Sequence[int]) -> tuple[s
     for node, input_slots, _ in steps:
         for j in input_slots:
             readers.setdefault(j, []).append(node)
+    reading = lambda x: readers[slot[x]]  # noqa: E731 (every node that reads x)
     for i, (node, input_slots, frees) in enumerate(steps):
         if node.op.is_leaf:
             lines.append(f"    v{i} = values[{i}]")
             continue
         args = ", ".join(f"v{j}" for j in input_slots)
         dying = lambda x, frees=frees: x in slot and slot[x] in frees  # noqa: E731
-        over = overwritten(node, dying, lambda x: readers[slot[x]])
+        over = overwritten(node, dying, reading)
         earlier = lambda n, i=i: slot[n] < i  # noqa: E731
-        checked = checked_earlier(node, lambda x: readers[slot[x]], earlier)
+        checked = checked_earlier(node, reading, earlier)
         if over is None:
             names[f"f{i}"] = trusting_kernel(node, False) if checked else kernel(node)
             lines.append(f"    v{i} = f{i}({args})  # {node.op.name}")
